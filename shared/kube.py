@@ -1,0 +1,199 @@
+"""A thin async Kubernetes client speaking plain JSON, for both operators and their tests.
+
+Decides: how a resource maps to its URL path, which HTTP status means what (404 is "absent", not an
+error; 409 is a conflict the caller decides about), and the content type of each kind of patch.
+
+Does not: cache, retry, or interpret objects. Authentication (kubeconfig, exec plugins, in-cluster
+ServiceAccount tokens) and the HTTP session are kr8s's; everything here is a few lines over
+``kr8s.asyncio.Api.call_api`` so that objects stay plain dicts the pure cores can read.
+"""
+
+from __future__ import annotations
+
+import json
+import warnings
+from collections.abc import AsyncIterator, Mapping
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import httpx
+import kr8s
+import kr8s.asyncio
+
+Obj = dict[str, Any]
+PatchKind = Literal["json", "merge", "strategic", "apply"]
+
+_PATCH_CONTENT_TYPES: dict[PatchKind, str] = {
+    "json": "application/json-patch+json",
+    "merge": "application/merge-patch+json",
+    "strategic": "application/strategic-merge-patch+json",
+    "apply": "application/apply-patch+yaml",
+}
+
+
+class ApiError(Exception):
+    """A non-2xx answer from the API server, with its HTTP status and the Status object's reason."""
+
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(f"{status} {reason}: {message}")
+        self.status = status
+        self.reason = reason
+        self.message = message
+
+    @property
+    def transient(self) -> bool:
+        """Worth retrying: throttled, timed out or a server-side failure; never a refusal."""
+        return self.status in (429, 504) or self.status >= 500
+
+
+@dataclass(frozen=True)
+class Resource:
+    """One kind's REST coordinates: ``Resource("apps/v1", "deployments")``."""
+
+    api_version: str
+    plural: str
+    namespaced: bool = True
+
+    def path(self, namespace: str | None = None, name: str | None = None) -> str:
+        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
+        parts = [base]
+        if self.namespaced and namespace:
+            parts += ["namespaces", namespace]
+        parts.append(self.plural)
+        if name:
+            parts.append(name)
+        return "/".join(parts)
+
+
+NAMESPACES = Resource("v1", "namespaces", namespaced=False)
+NODES = Resource("v1", "nodes", namespaced=False)
+PODS = Resource("v1", "pods")
+SERVICES = Resource("v1", "services")
+SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
+EVENTS = Resource("v1", "events")
+RESOURCE_QUOTAS = Resource("v1", "resourcequotas")
+ENDPOINT_SLICES = Resource("discovery.k8s.io/v1", "endpointslices")
+CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
+ROLES = Resource("rbac.authorization.k8s.io/v1", "roles")
+ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings")
+CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False)
+CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False)
+
+
+class Kube:
+    """Plain-JSON verbs over one authenticated kr8s session."""
+
+    def __init__(self, api: kr8s.asyncio.Api) -> None:
+        self.api = api
+
+    @classmethod
+    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+        """From a kubeconfig path, or (None) the usual chain: $KUBECONFIG, ~/.kube/config, in-cluster."""
+        with warnings.catch_warnings():
+            # kr8s warns about any server newer than the releases it was tested with; the verbs used
+            # here are stable v1 REST, so the warning says nothing about this code.
+            warnings.filterwarnings("ignore", "Kubernetes version", UserWarning)
+            api = await kr8s.asyncio.api(kubeconfig=kubeconfig) if kubeconfig else await kr8s.asyncio.api()
+        return cls(api)
+
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        body: Any = None,
+        params: Mapping[str, str] | None = None,
+        content_type: str = "application/json",
+    ) -> Obj:
+        base, _, rest = path.lstrip("/").partition("/")
+        kwargs: dict[str, Any] = {"params": dict(params or {})}
+        if body is not None:
+            kwargs["content"] = json.dumps(body)
+            kwargs["headers"] = {"Content-Type": content_type}
+        try:
+            async with self.api.call_api(method, version="", base=f"/{base}", url=rest, **kwargs) as response:
+                return response.json() if response.content else {}
+        except kr8s.ServerError as error:
+            raise _api_error(error) from None
+
+    async def get(self, path: str) -> Obj | None:
+        """The object, or None when it (or its whole kind) is not there."""
+        try:
+            return await self.request("GET", path)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            raise
+
+    async def list(self, path: str, *, label_selector: str = "", field_selector: str = "") -> Obj:
+        params = {
+            k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v
+        }
+        return await self.request("GET", path, params=params)
+
+    async def create(self, path: str, body: Mapping[str, Any]) -> Obj:
+        return await self.request("POST", path, body=body)
+
+    async def replace(self, path: str, body: Mapping[str, Any]) -> Obj:
+        return await self.request("PUT", path, body=body)
+
+    async def patch(self, path: str, patch: Any, kind: PatchKind = "json") -> Obj:
+        """``path`` may end in ``/status`` to patch the status subresource."""
+        return await self.request("PATCH", path, body=patch, content_type=_PATCH_CONTENT_TYPES[kind])
+
+    async def delete(self, path: str, *, uid: str | None = None, propagation: str | None = None) -> bool:
+        """Delete; with ``uid`` only that incarnation. False when it was already gone."""
+        options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if uid:
+            options["preconditions"] = {"uid": uid}
+        if propagation:
+            options["propagationPolicy"] = propagation
+        try:
+            await self.request("DELETE", path, body=options)
+        except ApiError as error:
+            if error.status == 404:
+                return False
+            raise
+        return True
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: int = 300,
+    ) -> AsyncIterator[tuple[str, Obj]]:
+        """One watch request: yields (type, object) until the server closes it."""
+        base, _, rest = path.lstrip("/").partition("/")
+        params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
+        if resource_version:
+            params["resourceVersion"] = resource_version
+        if label_selector:
+            params["labelSelector"] = label_selector
+        if field_selector:
+            params["fieldSelector"] = field_selector
+        try:
+            async with self.api.call_api(
+                "GET",
+                version="",
+                base=f"/{base}",
+                url=rest,
+                params=params,
+                stream=True,
+                timeout=httpx.Timeout(timeout_seconds + 10, connect=10),
+            ) as response:
+                async for line in response.aiter_lines():
+                    if line:
+                        event = json.loads(line)
+                        yield event["type"], event["object"]
+        except kr8s.ServerError as error:
+            raise _api_error(error) from None
+
+
+def _api_error(error: kr8s.ServerError) -> ApiError:
+    response = error.response
+    status_code = response.status_code if response is not None else 0
+    status: dict[str, Any] = error.status if isinstance(error.status, dict) else {}
+    return ApiError(status_code, str(status.get("reason", "")), str(status.get("message", error)))

@@ -1,0 +1,51 @@
+"""Fixtures shared by every test.
+
+Unit tests use none of these. Integration tests get ``cluster`` (the local control plane, started
+once per session, or the cluster named by ``COZY_TEST_KUBECONFIG``), ``kube`` (an admin client) and
+``namespace`` (a fresh namespace per test, deleted afterwards).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from collections.abc import AsyncIterator, Iterator
+
+import pytest
+
+from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
+from shared.kube import NAMESPACES, Kube
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if "tests/integration/" in str(item.path).replace(os.sep, "/"):
+            item.add_marker(pytest.mark.integration)
+
+
+@pytest.fixture(scope="session")
+def cluster() -> Iterator[ClusterInfo]:
+    external = external_cluster()
+    if external:
+        yield external
+        return
+    with LocalControlPlane() as info:
+        yield info
+
+
+@pytest.fixture(scope="session")
+async def kube(cluster: ClusterInfo) -> Kube:
+    return await Kube.connect(cluster.kubeconfig)
+
+
+@pytest.fixture
+async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator[str]:
+    """A namespace named after the test (plus a short hash, so reruns and long names stay valid)."""
+    digest = hashlib.sha256(request.node.nodeid.encode()).hexdigest()[:6]
+    stem = "".join(c if c.isalnum() else "-" for c in request.node.name.lower())[:40].strip("-")
+    name = f"t-{stem}-{digest}"
+    await kube.create(
+        NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+    )
+    yield name
+    await kube.delete(NAMESPACES.path(name=name))
