@@ -137,13 +137,32 @@ class Kube:
     async def replace(self, path: str, body: Mapping[str, Any]) -> Obj:
         return await self.request("PUT", path, body=body)
 
+    async def apply(self, path: str, obj: Mapping[str, Any], field_manager: str) -> Obj:
+        """Server-side apply of ``obj`` at its own path, taking ownership of every field it sets."""
+        return await self.request(
+            "PATCH",
+            path,
+            body=obj,
+            params={"fieldManager": field_manager, "force": "true"},
+            content_type=_PATCH_CONTENT_TYPES["apply"],
+        )
+
     async def patch(self, path: str, patch: Any, kind: PatchKind = "json") -> Obj:
         """``path`` may end in ``/status`` to patch the status subresource."""
         return await self.request("PATCH", path, body=patch, content_type=_PATCH_CONTENT_TYPES[kind])
 
-    async def delete(self, path: str, *, uid: str | None = None, propagation: str | None = None) -> bool:
+    async def delete(
+        self,
+        path: str,
+        *,
+        uid: str | None = None,
+        propagation: str | None = None,
+        grace_period_seconds: int | None = None,
+    ) -> bool:
         """Delete; with ``uid`` only that incarnation. False when it was already gone."""
         options: Obj = {"kind": "DeleteOptions", "apiVersion": "v1"}
+        if grace_period_seconds is not None:
+            options["gracePeriodSeconds"] = grace_period_seconds
         if uid:
             options["preconditions"] = {"uid": uid}
         if propagation:

@@ -14,7 +14,7 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
-from shared.kube import NAMESPACES, Kube
+from shared.kube import NAMESPACES, PODS, Kube
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -48,4 +48,8 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
         NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
     yield name
+    # No kubelet confirms a bound Pod's graceful deletion here, so Pods go first, at once; otherwise
+    # the namespace would stay Terminating (and its Pods would still count for GPU inventory).
+    for pod in (await kube.list(PODS.path(name)))["items"]:
+        await kube.delete(PODS.path(name, pod["metadata"]["name"]), grace_period_seconds=0)
     await kube.delete(NAMESPACES.path(name=name))

@@ -31,6 +31,7 @@ from shared.kube import (
     Resource,
 )
 from tests.support.identity import serviceaccount_kubeconfig
+from tests.support.manifests import wait_for_established
 from tests.support.waiting import eventually, wait_for_object
 
 CONFIGMAPS = Resource("v1", "configmaps")
@@ -85,18 +86,7 @@ async def widget_crd(kube: Kube) -> AsyncIterator[None]:
     except ApiError as error:
         if error.status != 409:
             raise
-    await wait_for_object(
-        kube,
-        CRDS,
-        "widgets.test.cozystack.io",
-        lambda crd: (
-            crd is not None
-            and any(
-                c["type"] == "Established" and c["status"] == "True"
-                for c in crd.get("status", {}).get("conditions", [])
-            )
-        ),
-    )
+    await wait_for_established(kube, "widgets.test.cozystack.io")
     yield
     await kube.delete(CRDS.path(name="widgets.test.cozystack.io"))
 

@@ -1,0 +1,396 @@
+"""One pass: the status and metric figures of every GPUClass, from the inventory and the KubeVirt view.
+
+Decides, per live class C with resource R (the rules of the design, in one place):
+
+* ownership: the oldest live class by ``(creationTimestamp, name)`` owns R; every other live class
+  with R gets ``ResourceNameConflict=True`` naming the owner and offers 0 units. Deleting the owner
+  hands R to the next class in the same pass, which is why every class is decided together.
+* ``KubeVirtPermitted`` from the KubeVirt view; it never changes units or figures.
+* free units: ``free(N) = max(0, alloc(N) - req(N))`` summed (and maxed) over the nodes eligible for
+  C that advertise R. ``Ready`` is True when there is no conflict, R is permitted and an eligible
+  node advertises ``alloc >= 1`` (the units may all be taken: that is what ``freeUnits`` says).
+* ``transition_events``: the Events to emit, from the stored status and the new one.
+
+Choices where the design is silent:
+
+* Terminating classes (``deletionTimestamp`` set) and classes without a ``resourceName`` (the CRD
+  rejects those) get no decision at all: no status write, no metric series.
+* A missing or unparsable ``creationTimestamp`` sorts as newest (it never steals a name).
+* ``Ready`` reasons take precedence in the design's order: conflict, not permitted, not installed,
+  no eligible nodes; when only the KubeVirt permission is unknown, ``Ready`` is Unknown too.
+* Figures: ``allocatable`` (owner only) and ``requested`` sum over every existing node that
+  advertises R, whatever its state (a hoster's capacity view); ``free`` equals ``freeUnits``. Each
+  node advertising R is counted in one state: not ready, else cordoned, else untolerated taint.
+* Events: a Warning fires when its condition enters that (status, reason), including on a class's
+  first pass (a hoster must see a conflict at once); a Normal fires only on recovery from a stored
+  different status, so a healthy new class is quiet. ``Exhausted``/``CapacityAvailable`` need a
+  stored ``freeUnits`` to compare with, and ``Exhausted`` is not sent when the conflict explains it.
+
+Does not: write anything, read a clock, or put inventory (node names, per-node counts, totals) into
+status: status is readable by every authenticated user; figures go to metrics only.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from operators.gpuclass import reasons
+from operators.gpuclass.inventory import Inventory
+from operators.gpuclass.kubevirt import (
+    Found,
+    KubeVirtView,
+    NotInstalled,
+    PermittedDevices,
+    Unrestricted,
+    is_permitted,
+    permitted_names,
+)
+from operators.gpuclass.scheduling import NodeVerdict, Taint, Toleration, parse_tolerations, tolerates_all
+from shared.conditions import FALSE, TRUE, UNKNOWN, Condition, find
+
+# Classes without a usable creationTimestamp sort after every real one.
+_NEWEST: datetime = datetime.max.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class ClassStatus:
+    """What goes into a class's status (never inventory: every authenticated user reads it)."""
+
+    free_units: int
+    max_free_units_per_node: int
+    conditions: tuple[Condition, ...]
+
+    def fields(self) -> dict[str, Any]:
+        """The status fields beside ``conditions``, keyed as stored."""
+        return {"freeUnits": self.free_units, "maxFreeUnitsPerNode": self.max_free_units_per_node}
+
+    def condition(self, type_: str) -> Condition:
+        return next(c for c in self.conditions if c.type == type_)
+
+
+@dataclass(frozen=True)
+class ClassFigures:
+    """What goes into the class's metrics."""
+
+    resource: str
+    allocatable: int | None  # only for the owner of the name, so sums by resource count it once
+    requested: int
+    free: int  # equals status.freeUnits
+    nodes: Mapping[NodeVerdict, int]  # nodes advertising R, one state each; every state present
+
+
+@dataclass(frozen=True)
+class ClassDecision:
+    name: str
+    generation: int  # stamp as observedGeneration
+    status: ClassStatus
+    figures: ClassFigures
+
+
+@dataclass(frozen=True)
+class Event:
+    type: str  # reasons.EVENT_NORMAL or reasons.EVENT_WARNING
+    reason: str
+    message: str
+
+
+def decide(
+    classes: Iterable[Mapping[str, Any]], inventory: Inventory, kubevirt: KubeVirtView
+) -> dict[str, ClassDecision]:
+    """The decision for every live class with a resourceName, by class name."""
+    live = [c for c in map(_ClassView.of, classes) if c is not None]
+    owner_of = _owners(live)
+    # The names KubeVirt permits, once per pass; None when the view is not a CR (not installed/unreadable).
+    devices = permitted_names(kubevirt.cr) if isinstance(kubevirt, Found) else None
+    summaries: dict[str, _ResourceSummary] = {}  # computed once per resource, shared by its classes
+    decisions: dict[str, ClassDecision] = {}
+    for cls in live:
+        summary = summaries.get(cls.resource)
+        if summary is None:
+            summary = summaries[cls.resource] = _summarize(inventory, cls.resource)
+        decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, kubevirt, devices)
+    return decisions
+
+
+def owners(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
+    """resourceName -> the name of the live class that owns it."""
+    return _owners([c for c in map(_ClassView.of, classes) if c is not None])
+
+
+def transition_events(stored_status: Mapping[str, Any] | None, new: ClassStatus) -> tuple[Event, ...]:
+    """The Events for the changes from the stored status to ``new`` (transitions only)."""
+    stored = stored_status or {}
+    old_conditions = stored.get("conditions")
+    events: list[Event] = []
+
+    conflict = new.condition(reasons.CONDITION_RESOURCE_NAME_CONFLICT)
+    old_conflict = find(old_conditions, reasons.CONDITION_RESOURCE_NAME_CONFLICT)
+    if conflict.status == TRUE and _status(old_conflict) != TRUE:
+        events.append(_warning(reasons.EVENT_RESOURCE_NAME_CONFLICT, conflict.message))
+    elif conflict.status == FALSE and _status(old_conflict) == TRUE:
+        events.append(_normal(reasons.EVENT_RESOURCE_NAME_OWNED, conflict.message))
+
+    permitted = new.condition(reasons.CONDITION_KUBEVIRT_PERMITTED)
+    old_permitted = find(old_conditions, reasons.CONDITION_KUBEVIRT_PERMITTED)
+    if _status(old_permitted) != permitted.status or _reason(old_permitted) != permitted.reason:
+        warning = _PERMISSION_WARNINGS.get((permitted.status, permitted.reason))
+        if warning is not None:
+            events.append(_warning(warning, permitted.message))
+        elif permitted.status == TRUE and old_permitted is not None and _status(old_permitted) != TRUE:
+            events.append(_normal(reasons.EVENT_PERMITTED, permitted.message))
+
+    old_free = stored.get("freeUnits")
+    if isinstance(old_free, int) and not isinstance(old_free, bool):
+        if old_free > 0 and new.free_units == 0 and conflict.status != TRUE:
+            events.append(_warning(reasons.EVENT_EXHAUSTED, "no free units left on eligible nodes"))
+        elif old_free == 0 and new.free_units > 0:
+            events.append(_normal(reasons.EVENT_CAPACITY_AVAILABLE, "free units are available again"))
+    return tuple(events)
+
+
+# Which KubeVirtPermitted states are warnings, and the event each sends.
+_PERMISSION_WARNINGS: dict[tuple[str, str], str] = {
+    (FALSE, reasons.REASON_NOT_PERMITTED): reasons.EVENT_NOT_PERMITTED,
+    (FALSE, reasons.REASON_KUBEVIRT_NOT_INSTALLED): reasons.EVENT_KUBEVIRT_NOT_INSTALLED,
+    (UNKNOWN, reasons.REASON_KUBEVIRT_UNREADABLE): reasons.EVENT_KUBEVIRT_UNREADABLE,
+}
+
+
+# --- classes -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _ClassView:
+    name: str
+    resource: str
+    tolerations: tuple[Toleration, ...]
+    created: datetime
+    generation: int
+
+    @classmethod
+    def of(cls, obj: Mapping[str, Any]) -> _ClassView | None:
+        """The fields a pass needs; ``None`` for terminating or unusable classes."""
+        metadata = obj.get("metadata") or {}
+        spec = obj.get("spec") or {}
+        name, resource = metadata.get("name"), spec.get("resourceName")
+        if metadata.get("deletionTimestamp") or not name or not isinstance(resource, str) or not resource:
+            return None
+        generation = metadata.get("generation")
+        return cls(
+            name=str(name),
+            resource=resource,
+            tolerations=parse_tolerations(spec.get("tolerations")),
+            created=_timestamp(metadata.get("creationTimestamp")),
+            generation=generation if isinstance(generation, int) else 0,
+        )
+
+
+def _owners(live: Iterable[_ClassView]) -> dict[str, str]:
+    owners: dict[str, _ClassView] = {}
+    for cls in live:
+        current = owners.get(cls.resource)
+        if current is None or (cls.created, cls.name) < (current.created, current.name):
+            owners[cls.resource] = cls
+    return {resource: cls.name for resource, cls in owners.items()}
+
+
+def _timestamp(text: object) -> datetime:
+    if not isinstance(text, str):
+        return _NEWEST
+    try:
+        moment = datetime.fromisoformat(text)
+    except ValueError:
+        return _NEWEST
+    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+
+
+# --- nodes, summarized once per resource -------------------------------------------------------
+
+
+@dataclass(slots=True)
+class _NodeGroup:
+    """Schedulable nodes advertising R that share one set of blocking taints."""
+
+    nodes: int = 0
+    free: int = 0
+    max_free: int = 0
+    any_allocatable: bool = False  # some node has alloc >= 1
+
+
+@dataclass
+class _ResourceSummary:
+    allocatable: int = 0
+    requested: int = 0
+    not_ready: int = 0
+    cordoned: int = 0
+    groups: dict[tuple[Taint, ...], _NodeGroup] = field(default_factory=dict)
+
+
+def _summarize(inventory: Inventory, resource: str) -> _ResourceSummary:
+    """One walk over the nodes advertising R; classes then only check each taint group once."""
+    summary = _ResourceSummary()
+    requested_on = inventory.requested_on(resource)
+    for name, node in inventory.advertisers(resource).items():
+        alloc = node.allocatable[resource]
+        requested = requested_on.get(name, 0)
+        summary.allocatable += alloc
+        summary.requested += requested
+        # The precedence of scheduling.verdict (not ready, then cordoned), inlined: this loop runs
+        # for every advertising node on every pass. Taints depend on the class: checked per group.
+        if not node.ready:
+            summary.not_ready += 1
+        elif node.cordoned:
+            summary.cordoned += 1
+        else:
+            group = summary.groups.get(node.taints)
+            if group is None:
+                group = summary.groups[node.taints] = _NodeGroup()
+            free = alloc - requested if alloc > requested else 0  # clamp per node
+            group.nodes += 1
+            group.free += free
+            if free > group.max_free:
+                group.max_free = free
+            if alloc >= 1:
+                group.any_allocatable = True
+    return summary
+
+
+# --- one class ---------------------------------------------------------------------------------
+
+
+def _decide_class(
+    cls: _ClassView,
+    owner: str,
+    summary: _ResourceSummary,
+    kubevirt: KubeVirtView,
+    devices: PermittedDevices | None,
+) -> ClassDecision:
+    eligible = untolerated = free = max_free = 0
+    serves = False
+    for taints, group in summary.groups.items():
+        if tolerates_all(taints, cls.tolerations):
+            eligible += group.nodes
+            free += group.free
+            max_free = max(max_free, group.max_free)
+            serves = serves or group.any_allocatable
+        else:
+            untolerated += group.nodes
+
+    conflict = _conflict_condition(cls, owner)
+    permitted = _permitted_condition(cls.resource, kubevirt, devices)
+    ready = _ready_condition(cls.resource, owner, conflict, permitted, serves)
+    if conflict.status == TRUE:
+        free = max_free = 0
+    status = ClassStatus(free, max_free, (conflict, permitted, ready))
+    figures = ClassFigures(
+        resource=cls.resource,
+        allocatable=summary.allocatable if owner == cls.name else None,
+        requested=summary.requested,
+        free=free,
+        nodes={
+            NodeVerdict.ELIGIBLE: eligible,
+            NodeVerdict.NOT_READY: summary.not_ready,
+            NodeVerdict.CORDONED: summary.cordoned,
+            NodeVerdict.UNTOLERATED_TAINT: untolerated,
+        },
+    )
+    return ClassDecision(cls.name, cls.generation, status, figures)
+
+
+def _conflict_condition(cls: _ClassView, owner: str) -> Condition:
+    if owner != cls.name:
+        return Condition(
+            reasons.CONDITION_RESOURCE_NAME_CONFLICT,
+            TRUE,
+            reasons.REASON_RESOURCE_NAME_IN_USE,
+            f"resourceName {cls.resource} is owned by the older GPUClass {owner}; "
+            "this class offers no units while that class exists",
+        )
+    return Condition(
+        reasons.CONDITION_RESOURCE_NAME_CONFLICT,
+        FALSE,
+        reasons.REASON_RESOURCE_NAME_OWNED,
+        f"this class owns resourceName {cls.resource}",
+    )
+
+
+def _permitted_condition(
+    resource: str, kubevirt: KubeVirtView, devices: PermittedDevices | None
+) -> Condition:
+    type_ = reasons.CONDITION_KUBEVIRT_PERMITTED
+    if isinstance(kubevirt, NotInstalled):
+        return Condition(
+            type_, FALSE, reasons.REASON_KUBEVIRT_NOT_INSTALLED, "KubeVirt is not installed: no VM can start"
+        )
+    if devices is None:
+        # The detail of the failure goes to the log, not here: it would differ on every pass.
+        return Condition(type_, UNKNOWN, reasons.REASON_KUBEVIRT_UNREADABLE, "the KubeVirt CR cannot be read")
+    if isinstance(devices, Unrestricted):
+        return Condition(
+            type_,
+            TRUE,
+            reasons.REASON_UNRESTRICTED,
+            "KubeVirt has no permittedHostDevices: every name is allowed",
+        )
+    if is_permitted(devices, resource):
+        return Condition(type_, TRUE, reasons.REASON_PERMITTED, f"KubeVirt permits {resource}")
+    return Condition(
+        type_,
+        FALSE,
+        reasons.REASON_NOT_PERMITTED,
+        f"{resource} is not in KubeVirt's permittedHostDevices: KubeVirt refuses VMs asking for it",
+    )
+
+
+def _ready_condition(
+    resource: str, owner: str, conflict: Condition, permitted: Condition, serves: bool
+) -> Condition:
+    type_ = reasons.CONDITION_READY
+    if conflict.status == TRUE:
+        return Condition(
+            type_,
+            FALSE,
+            reasons.REASON_READY_RESOURCE_NAME_CONFLICT,
+            f"{resource} belongs to GPUClass {owner}",
+        )
+    if permitted.status == FALSE:
+        reason = (
+            reasons.REASON_READY_NOT_PERMITTED
+            if permitted.reason == reasons.REASON_NOT_PERMITTED
+            else reasons.REASON_READY_KUBEVIRT_NOT_INSTALLED
+        )
+        return Condition(type_, FALSE, reason, permitted.message)
+    if not serves:
+        return Condition(
+            type_,
+            FALSE,
+            reasons.REASON_NO_ELIGIBLE_NODES,
+            f"no Ready, uncordoned node whose taints this class tolerates offers {resource}",
+        )
+    if permitted.status == UNKNOWN:
+        return Condition(type_, UNKNOWN, reasons.REASON_READY_KUBEVIRT_UNREADABLE, permitted.message)
+    return Condition(
+        type_,
+        TRUE,
+        reasons.REASON_READY,
+        "a VM of this class can start in principle; freeUnits says how many now",
+    )
+
+
+def _status(condition: Mapping[str, Any] | None) -> str | None:
+    return None if condition is None else condition.get("status")
+
+
+def _reason(condition: Mapping[str, Any] | None) -> str | None:
+    return None if condition is None else condition.get("reason")
+
+
+def _warning(reason: str, message: str) -> Event:
+    return Event(reasons.EVENT_WARNING, reason, message)
+
+
+def _normal(reason: str, message: str) -> Event:
+    return Event(reasons.EVENT_NORMAL, reason, message)

@@ -1,0 +1,210 @@
+"""kopf glue for the GPUClass operator: observe, run one pass, apply the difference.
+
+Decides only the plumbing:
+
+* Node, Pod and GPUClass events (kopf *event* handlers: no annotations or finalizers are ever written
+  to Nodes, Pods or classes) update the in-memory inventory and class table, then wake the pass loop.
+* The pass loop coalesces a burst into one pass (quiet for ``debounce_seconds``, or at most
+  ``max_delay_seconds`` after the burst began) and also runs every ``kubevirt_recheck_seconds``,
+  because the KubeVirt CR is read on every pass but never watched: the operator starts and works
+  with no kubevirt.io kinds served, and notices a CRD and CR installed later within the recheck.
+* A pass reads the KubeVirt CR, calls the pure ``decide`` for every class, and writes status only
+  where the stored status differs (ignoring timestamps), by a JSON patch guarded by the class UID.
+  Events go out on condition transitions only. A pass with nothing to change writes nothing.
+
+Does not decide any figure or condition (``decide`` does) and never writes anything but class status
+and Events. Failures are counted by stage and the next pass retries; no object can crash the loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import kopf
+
+from operators.gpuclass.decide import ClassDecision, decide, transition_events
+from operators.gpuclass.inventory import Inventory, pod_key
+from operators.gpuclass.kubevirt import Definitive, KubeVirtRead, remember, view
+from operators.gpuclass.kubevirt_read import read_kubevirt
+from operators.gpuclass.metrics import Metrics
+from operators.gpuclass.settings import Settings
+from shared.conditions import rfc3339, status_patch
+from shared.events import post_event
+from shared.kube import ApiError, Kube, Obj, Resource
+
+log = logging.getLogger("gpuclass")
+
+GROUP, VERSION, PLURAL = "gpu.cozystack.io", "v1alpha1", "gpuclasses"
+GPUCLASSES = Resource(f"{GROUP}/{VERSION}", PLURAL, namespaced=False)
+# Reported as the source of Events and the field manager of status writes.
+COMPONENT = "cozystack-gpuclass-operator"
+# kopf's own markers, should kopf ever need them: ours, never kopf's defaults, never shared with the
+# EndpointAttachment operator (the handlers here are event handlers, which write none of them).
+FINALIZER = "gpu.cozystack.io/gpuclass-operator"
+STORAGE_PREFIX = "gpuclass.operator.cozystack.io"
+
+
+@dataclass
+class State:
+    """What the operator has observed, kept current by watch events."""
+
+    settings: Settings
+    metrics: Metrics
+    inventory: Inventory = field(default_factory=Inventory)
+    classes: dict[str, Obj] = field(default_factory=dict)
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    kubevirt_read: KubeVirtRead | None = None
+    kubevirt_known: Definitive | None = None
+    kube: Kube | None = None
+    passes: int = 0
+    writes: int = 0
+    loop_task: asyncio.Task[None] | None = None
+
+
+def operator_settings() -> kopf.OperatorSettings:
+    settings = kopf.OperatorSettings()
+    settings.persistence.finalizer = FINALIZER
+    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=STORAGE_PREFIX)
+    settings.posting.enabled = False  # Events are ours, on transitions only
+    settings.scanning.disabled = True  # no CRD/namespace watching: fewer permissions
+    settings.watching.server_timeout = 600
+    return settings
+
+
+def build_registry(state: State) -> kopf.OperatorRegistry:
+    registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.startup(registry=registry)
+    async def startup(**_: Any) -> None:
+        state.kube = await Kube.connect(state.settings.kubeconfig)
+        state.loop_task = asyncio.create_task(pass_loop(state), name="gpuclass-passes")
+
+    @kopf.on.cleanup(registry=registry)
+    async def cleanup(**_: Any) -> None:
+        if state.loop_task:
+            state.loop_task.cancel()
+
+    @kopf.on.event("", "v1", "nodes", registry=registry)
+    async def node_event(event: kopf.RawEvent, **_: Any) -> None:
+        node = event["object"]
+        if event["type"] == "DELETED":
+            changed = state.inventory.delete_node(node["metadata"]["name"])
+        else:
+            changed = state.inventory.upsert_node(node)
+        if changed:
+            state.wake.set()
+
+    @kopf.on.event("", "v1", "pods", registry=registry)
+    async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        pod = event["object"]
+        if event["type"] == "DELETED":
+            changed = state.inventory.delete_pod(pod_key(pod))
+        else:
+            changed = state.inventory.upsert_pod(pod)
+        if changed:
+            state.wake.set()
+
+    @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
+    async def class_event(event: kopf.RawEvent, **_: Any) -> None:
+        obj = event["object"]
+        name = obj["metadata"]["name"]
+        if event["type"] == "DELETED":
+            state.classes.pop(name, None)
+        else:
+            state.classes[name] = dict(obj)
+        state.wake.set()
+
+    return registry
+
+
+async def pass_loop(state: State) -> None:
+    """Coalesce wake-ups into passes; never exits on an error."""
+    settings = state.settings
+    loop = asyncio.get_running_loop()
+    while True:
+        with contextlib.suppress(TimeoutError):  # a timeout is the periodic KubeVirt recheck
+            await asyncio.wait_for(state.wake.wait(), timeout=settings.kubevirt_recheck_seconds)
+        burst_began = loop.time()
+        while state.wake.is_set() and loop.time() - burst_began < settings.max_delay_seconds:
+            state.wake.clear()
+            try:
+                await asyncio.wait_for(state.wake.wait(), timeout=settings.debounce_seconds)
+            except TimeoutError:
+                break  # quiet: the burst is over
+        state.wake.clear()  # events from here on wake the next pass
+        try:
+            await run_pass(state)
+        except Exception:
+            log.exception("pass failed; the next pass retries")
+            state.metrics.pass_errors.labels(stage="pass").inc()
+
+
+async def run_pass(state: State) -> dict[str, ClassDecision]:
+    """One pass over every class: read KubeVirt, decide, write what differs, emit transitions."""
+    assert state.kube is not None
+    started = time.perf_counter()
+    now = datetime.now(UTC)
+    read = await read_kubevirt(
+        state.kube, state.settings.kubevirt_namespace, state.settings.kubevirt_name, state.kubevirt_read, now
+    )
+    kubevirt_view = view(read, state.kubevirt_known, now)
+    state.kubevirt_read, state.kubevirt_known = read, remember(read, state.kubevirt_known)
+    classes = list(state.classes.values())
+    decisions = decide(classes, state.inventory, kubevirt_view)
+    for obj in classes:
+        decision = decisions.get(obj["metadata"]["name"])
+        if decision is not None:
+            await _store(state, obj, decision, rfc3339(now))
+    state.metrics.classes.decisions = decisions
+    state.metrics.pass_duration.observe(time.perf_counter() - started)
+    state.metrics.last_pass.set(time.time())
+    state.passes += 1
+    return decisions
+
+
+async def _store(state: State, obj: Obj, decision: ClassDecision, now: str) -> None:
+    """Write the class's status if it differs, then the Events of its transitions."""
+    assert state.kube is not None
+    stored = obj.get("status")
+    status = decision.status
+    ops = status_patch(stored, status.fields(), status.conditions, decision.generation, now)
+    if not ops:
+        return
+    metadata = obj["metadata"]
+    # The test pins the incarnation: a class deleted and recreated under this name since we saw it
+    # refuses the patch, and the next pass (woken by its events) decides for the new one.
+    guarded = [{"op": "test", "path": "/metadata/uid", "value": metadata["uid"]}, *ops]
+    try:
+        updated = await state.kube.patch(GPUCLASSES.path(name=metadata["name"]) + "/status", guarded)
+    except ApiError as error:
+        if error.status in (404, 409, 422):
+            log.info("class %s changed under the pass (%s); the next pass decides", metadata["name"], error)
+            state.wake.set()
+            return
+        state.metrics.pass_errors.labels(stage="status_write").inc()
+        raise
+    state.writes += 1
+    if state.classes.get(metadata["name"], {}).get("metadata", {}).get("uid") == metadata["uid"]:
+        state.classes[metadata["name"]] = updated  # so a pass before the watch event compares right
+    for event in transition_events(stored, status):
+        await post_event(
+            state.kube,
+            updated,
+            type_=event.type,
+            reason=event.reason,
+            message=event.message,
+            component=COMPONENT,
+            now=now,
+            namespace=state.settings.events_namespace,
+        )

@@ -1,0 +1,72 @@
+"""Apply YAML manifests (config/, tests/fixtures/) to a cluster by server-side apply, as kubectl would."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+from shared.kube import (
+    CLUSTER_ROLE_BINDINGS,
+    CLUSTER_ROLES,
+    CRDS,
+    NAMESPACES,
+    ROLE_BINDINGS,
+    ROLES,
+    SERVICE_ACCOUNTS,
+    Kube,
+    Obj,
+    Resource,
+)
+from tests.support.waiting import wait_for_object
+
+ROOT = Path(__file__).resolve().parents[2]
+FIELD_MANAGER = "cozystack-tests"
+
+RESOURCES_BY_KIND: dict[str, Resource] = {
+    "CustomResourceDefinition": CRDS,
+    "Namespace": NAMESPACES,
+    "ServiceAccount": SERVICE_ACCOUNTS,
+    "ClusterRole": CLUSTER_ROLES,
+    "ClusterRoleBinding": CLUSTER_ROLE_BINDINGS,
+    "Role": ROLES,
+    "RoleBinding": ROLE_BINDINGS,
+    "KubeVirt": Resource("kubevirt.io/v1", "kubevirts"),
+    "GPUClass": Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False),
+}
+
+
+def load(path: Path | str) -> list[Obj]:
+    """Every document of a YAML file (relative paths are from the repository root)."""
+    text = (ROOT / path).read_text()
+    return [doc for doc in yaml.safe_load_all(text) if doc]
+
+
+def path_of(obj: Mapping[str, Any]) -> str:
+    resource = RESOURCES_BY_KIND[obj["kind"]]
+    metadata = obj["metadata"]
+    return resource.path(metadata.get("namespace"), metadata["name"])
+
+
+async def apply_all(kube: Kube, objects: Iterable[Mapping[str, Any]]) -> list[Obj]:
+    applied = [await kube.apply(path_of(obj), obj, FIELD_MANAGER) for obj in objects]
+    for obj in applied:
+        if obj["kind"] == "CustomResourceDefinition":
+            await wait_for_established(kube, obj["metadata"]["name"])
+    return applied
+
+
+async def wait_for_established(kube: Kube, name: str) -> None:
+    def established(crd: Obj | None) -> bool:
+        conditions = ((crd or {}).get("status") or {}).get("conditions") or []
+        return any(c["type"] == "Established" and c["status"] == "True" for c in conditions)
+
+    await wait_for_object(kube, CRDS, name, established, what=f"CRD {name} established")
+
+
+async def delete_crd(kube: Kube, name: str) -> None:
+    """Delete a CRD and wait until the API no longer serves it."""
+    await kube.delete(CRDS.path(name=name))
+    await wait_for_object(kube, CRDS, name, lambda crd: crd is None, what=f"CRD {name} gone", timeout=60)
