@@ -19,6 +19,9 @@ from typing import Any, Literal
 import httpx
 import kr8s
 import kr8s.asyncio
+from opentelemetry import trace
+
+from shared.telemetry.tracing import note_write
 
 Obj = dict[str, Any]
 PatchKind = Literal["json", "merge", "strategic", "apply"]
@@ -83,8 +86,10 @@ CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebin
 class Kube:
     """Plain-JSON verbs over one authenticated kr8s session."""
 
-    def __init__(self, api: kr8s.asyncio.Api) -> None:
+    def __init__(self, api: kr8s.asyncio.Api, tracer: trace.Tracer | None = None) -> None:
         self.api = api
+        # Every write becomes a child span of the current pass and marks that pass "changed".
+        self.tracer = tracer
 
     @classmethod
     async def connect(cls, kubeconfig: str | None = None) -> Kube:
@@ -104,6 +109,24 @@ class Kube:
         body: Any = None,
         params: Mapping[str, str] | None = None,
         content_type: str = "application/json",
+    ) -> Obj:
+        if method == "GET":
+            return await self._send(method, path, body, params, content_type)
+        note_write()
+        if self.tracer is None:
+            return await self._send(method, path, body, params, content_type)
+        attributes = {"http.request.method": method, "k8s.request.path": path}
+        with self.tracer.start_as_current_span(
+            f"{method} {_resource_of(path)}", kind=trace.SpanKind.CLIENT, attributes=attributes
+        ) as span:
+            try:
+                return await self._send(method, path, body, params, content_type)
+            except ApiError as error:
+                span.set_attribute("http.response.status_code", error.status)
+                raise
+
+    async def _send(
+        self, method: str, path: str, body: Any, params: Mapping[str, str] | None, content_type: str
     ) -> Obj:
         base, _, rest = path.lstrip("/").partition("/")
         kwargs: dict[str, Any] = {"params": dict(params or {})}
@@ -209,6 +232,15 @@ class Kube:
                         yield event["type"], event["object"]
         except kr8s.ServerError as error:
             raise _api_error(error) from None
+
+
+def _resource_of(path: str) -> str:
+    """The resource (and subresource) a path names, for a span name without object names in it."""
+    parts = path.strip("/").split("/")
+    parts = parts[2:] if parts[0] == "api" else parts[3:]  # drop /api/v1 or /apis/<group>/<version>
+    if len(parts) >= 2 and parts[0] == "namespaces" and len(parts) > 2:
+        parts = parts[2:]
+    return "/".join(parts[:1] + parts[2:3])
 
 
 def _api_error(error: kr8s.ServerError) -> ApiError:

@@ -11,12 +11,14 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from operators.endpointattachment.addresses import allocation_name
 from operators.endpointattachment.constants import (
     API_VERSION,
     ENDPOINT_ATTACHMENT_KIND,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
     HELMRELEASE_API_VERSION,
     HELMRELEASE_KIND,
+    IP_ADDRESS_ALLOCATION_KIND,
     IP_ADDRESS_CLAIM_KIND,
     IP_ADDRESS_CLASS_KIND,
     POD_KIND,
@@ -245,6 +247,31 @@ def make_claim(
         "spec": spec,
         "status": status,
     }
+
+
+# The default allocation's holder: (kind, namespace, name, uid) of the default attachment.
+ATTACHMENT_HOLDER = (ENDPOINT_ATTACHMENT_KIND, NAMESPACE, "db-public", ATTACHMENT_UID)
+
+
+def make_allocation(
+    address: str = "203.0.113.10",
+    *,
+    class_name: str = "public-v4",
+    holder: tuple[str, str, str, str] | None = ATTACHMENT_HOLDER,
+    uid: str | None = None,
+    created: str | None = CREATED,
+) -> Obj:
+    """An IPAddressAllocation (cluster-scoped, named by its address); ``holder`` is (kind, namespace,
+    name, uid) or None for none; ``created`` None leaves out the creationTimestamp."""
+    name = allocation_name(address)
+    metadata = _metadata(name, None, uid or f"alloc-uid-{name}", None, created or "")
+    if created is None:
+        del metadata["creationTimestamp"]
+    spec: Obj = {"address": address, "className": class_name}
+    if holder is not None:
+        kind, namespace, holder_name, holder_uid = holder
+        spec["holder"] = {"kind": kind, "namespace": namespace, "name": holder_name, "uid": holder_uid}
+    return {"apiVersion": API_VERSION, "kind": IP_ADDRESS_ALLOCATION_KIND, "metadata": metadata, "spec": spec}
 
 
 def make_endpointslice(

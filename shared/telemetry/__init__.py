@@ -1,0 +1,1 @@
+"""Telemetry both operators share: tracing across passes, the common reconcile metrics, liveness."""

@@ -1,0 +1,582 @@
+"""The EndpointAttachment operator on the local control plane, as a subprocess under its own
+ServiceAccount and ClusterRole (config/rbac/endpointattachment), with the CRDs of config/crd and
+Flux's real HelmRelease CRD.
+
+The tests play the missing parts through the API: Cozystack's lineage webhook (labels on the apps'
+Services), the kubelet (Pods marked Ready with an IP; the endpoint-slice controller does the rest),
+and the load balancer (``tests.support.loadbalancer``). Each test carries one of the design's proofs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from hack.devcluster import ClusterInfo
+from operators.endpointattachment.constants import (
+    ATTACHMENT_LABEL,
+    METALLB_IPS_ANNOTATION,
+    SERVICE_PROXY_NAME_LABEL,
+)
+from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj, Resource
+from tests.ea_builders import (
+    for_create,
+    lineage_labels,
+    make_attachment,
+    make_claim,
+    make_class,
+    make_helmrelease,
+    make_service,
+    make_serviceproxy,
+)
+from tests.support.identity import serviceaccount_kubeconfig
+from tests.support.loadbalancer import FakeLoadBalancer, load_balancer
+from tests.support.manifests import apply_all, load
+from tests.support.operators import RunningOperator, operator_process
+from tests.support.waiting import eventually, wait_for_object
+
+GROUP_VERSION = "local.sdn.cozystack.io/v1alpha1"
+ATTACHMENTS = Resource(GROUP_VERSION, "endpointattachments")
+CLAIMS = Resource(GROUP_VERSION, "ipaddressclaims")
+CLASSES = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
+ALLOCATIONS = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
+PROXIES = Resource(GROUP_VERSION, "serviceproxies", namespaced=False)
+HELMRELEASES = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
+OPERATOR_NAMESPACE = "cozy-endpointattachment"
+NODE = "ea-it-node"
+CRD_FILES = [
+    "tests/fixtures/helmrelease-crd.yaml",
+    *(
+        f"config/crd/local.sdn.cozystack.io_{plural}.yaml"
+        for plural in (
+            "endpointattachments",
+            "ipaddressclaims",
+            "ipaddressclasses",
+            "ipaddressallocations",
+            "serviceproxies",
+        )
+    ),
+]
+
+
+@pytest.fixture(scope="module")
+async def ea_crds(kube: Kube) -> AsyncIterator[None]:
+    await apply_all(kube, [doc for path in CRD_FILES for doc in load(path)])
+    await kube.create(NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    yield
+    await kube.delete(NODES.path(name=NODE))
+
+
+@pytest.fixture
+async def operator(
+    kube: Kube, cluster: ClusterInfo, ea_crds: None, tmp_path: Path
+) -> AsyncIterator[RunningOperator]:
+    namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+    rbac = [
+        doc
+        for f in ("service_account", "role", "role_binding")
+        for doc in load(f"config/rbac/endpointattachment/{f}.yaml")
+    ]
+    await apply_all(kube, [namespace_doc, *rbac])
+    kubeconfig = await serviceaccount_kubeconfig(
+        kube,
+        cluster.kubeconfig,
+        OPERATOR_NAMESPACE,
+        "endpointattachment-operator",
+        tmp_path / "op.kubeconfig",
+    )
+    args = ["--repair-interval-seconds=1", "--repair-grace-seconds=2"]
+    async with operator_process(
+        "operators.endpointattachment", kubeconfig, args, tmp_path / "operator.log"
+    ) as running:
+        yield running
+        assert running.process.returncode is None, f"operator died:\n{running.log_tail()}"
+        assert "Traceback" not in running.log_path.read_text(), running.log_tail(200)
+
+
+@pytest.fixture
+async def lb(kube: Kube) -> AsyncIterator[FakeLoadBalancer]:
+    async with load_balancer(kube) as balancer:
+        yield balancer
+
+
+class Tenant:
+    """One tenant namespace and what the tests create in it (cluster-scoped objects are removed)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube, self.namespace = kube, namespace
+        self.cluster_objects: list[str] = []
+        self.ips = iter(range(10, 250))
+
+    async def app(self, name: str, kind: str = "Postgres") -> Obj:
+        """A Cozystack application: its HelmRelease, carrying the lineage labels."""
+        release = make_helmrelease(
+            f"{kind.lower()}-{name}",
+            self.namespace,
+            labels=lineage_labels(kind=kind, name=name, tenant_facing=False),
+        )
+        body = for_create(release)
+        # The real Flux CRD requires a chart source; Cozystack's apps come from its own repository.
+        body["spec"]["chart"]["spec"]["sourceRef"] = {
+            "kind": "HelmRepository",
+            "name": "cozystack-apps",
+            "namespace": "cozy-public",
+        }
+        return await self.kube.create(HELMRELEASES.path(self.namespace), body)
+
+    async def endpoint(
+        self,
+        name: str,
+        app: str,
+        *,
+        selector: Mapping[str, str],
+        kind: str = "Postgres",
+        ports: Sequence[Mapping[str, Any]] | None = None,
+        tenant_facing: bool = True,
+    ) -> Obj:
+        """A Service of the app as Cozystack's lineage webhook labels it."""
+        service = make_service(
+            name,
+            self.namespace,
+            labels=lineage_labels(kind=kind, name=app, tenant_facing=tenant_facing),
+            selector=selector,
+            ports=ports,
+        )
+        body = for_create(service)
+        body["spec"].pop("clusterIP", None)
+        return await self.kube.create(SERVICES.path(self.namespace), body)
+
+    async def pod(self, name: str, labels: Mapping[str, str], ready: bool = True) -> Obj:
+        """A Pod on the test node, marked Running (and Ready) with an IP, as the kubelet would."""
+        pod = await self.kube.create(
+            PODS.path(self.namespace),
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": dict(labels)},
+                "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "example.invalid/app:1"}]},
+            },
+        )
+        await self.set_ready(name, ready)
+        return pod
+
+    async def set_ready(self, name: str, ready: bool) -> None:
+        ip = f"10.244.1.{next(self.ips)}"
+        status = {
+            "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        }
+        await self.kube.patch(PODS.path(self.namespace, name) + "/status", {"status": status}, kind="merge")
+
+    async def address_class(self, name: str, **kwargs: Any) -> Obj:
+        self.cluster_objects.append(CLASSES.path(name=name))
+        return await self.kube.create(CLASSES.path(), for_create(make_class(name, **kwargs)))
+
+    async def proxy(self) -> Obj:
+        self.cluster_objects.append(PROXIES.path(name="cozy-proxy"))
+        return await self.kube.create(PROXIES.path(), for_create(make_serviceproxy()))
+
+    async def attachment(self, name: str, endpoint: str, **kwargs: Any) -> Obj:
+        built = make_attachment(name, self.namespace, endpoint=endpoint, owner_uid=None, **kwargs)
+        return await self.kube.create(ATTACHMENTS.path(self.namespace), for_create(built))
+
+    async def claim(self, name: str, class_name: str, address: str | None = None) -> Obj:
+        built = make_claim(name, self.namespace, class_name=class_name, address=address, phase=None)
+        return await self.kube.create(CLAIMS.path(self.namespace), for_create(built))
+
+    async def cleanup(self) -> None:
+        for attachment in (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]:
+            await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
+        for path in self.cluster_objects:
+            await self.kube.delete(path)
+
+
+@pytest.fixture
+async def tenant(kube: Kube, namespace: str, ea_crds: None) -> AsyncIterator[Tenant]:
+    await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=namespace)
+    world = Tenant(kube, namespace)
+    yield world
+    await world.cleanup()
+
+
+def condition(obj: Obj | None, type_: str) -> tuple[str, str]:
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c["status"], c["reason"]
+    return "", ""
+
+
+async def wait_attachment(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    status: str,
+    reason: str,
+    operator: RunningOperator,
+    type_: str = "Ready",
+) -> Obj:
+    try:
+        found = await wait_for_object(
+            kube,
+            ATTACHMENTS,
+            name,
+            lambda o: condition(o, type_) == (status, reason),
+            namespace=namespace,
+            timeout=40,
+        )
+    except AssertionError as error:
+        raise AssertionError(f"{error}\noperator log:\n{operator.log_tail()}") from None
+    assert found is not None
+    return found
+
+
+async def rendered(kube: Kube, namespace: str, attachment: str) -> Obj | None:
+    return await kube.get(SERVICES.path(namespace, f"ea-{attachment}"))
+
+
+# --- the tests -------------------------------------------------------------------------------------
+
+
+async def test_minted_attachment_renders_a_mirroring_service_and_becomes_ready(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-mint", cidrs=["198.51.100.0/29"])
+    await tenant.app("db")
+    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-mint")
+    ready = await wait_attachment(kube, ns, "db-public", "True", "Published", operator)
+
+    address = ready["status"]["address"]
+    assert address.startswith("198.51.100.")
+    owner = ready["metadata"]["ownerReferences"][0]
+    assert (owner["kind"], owner["name"]) == ("HelmRelease", "postgres-db")
+    service = await rendered(kube, ns, "db-public")
+    assert service is not None
+    assert service["spec"]["type"] == "LoadBalancer"
+    assert service["spec"]["selector"] == {"app": "db"}
+    assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(5432, 5432)]
+    assert service["metadata"]["annotations"][METALLB_IPS_ANNOTATION] == address
+    # Nothing of the app's labels is copied: the platform must not take it for the app's own Service.
+    assert set(service["metadata"]["labels"]) == {ATTACHMENT_LABEL}
+    assert service["metadata"]["ownerReferences"][0]["uid"] == ready["metadata"]["uid"]
+    allocation = await kube.get(ALLOCATIONS.path(name=address))
+    assert allocation is not None
+    assert allocation["spec"]["holder"]["uid"] == ready["metadata"]["uid"]
+
+    # A pass with nothing to change writes nothing: wake the attachment through its endpoint.
+    versions = (ready["metadata"]["resourceVersion"], service["metadata"]["resourceVersion"])
+    before = await reconciles(operator)
+    await kube.patch(
+        SERVICES.path(ns, "postgres-db-rw"), {"metadata": {"annotations": {"touch": "1"}}}, "merge"
+    )
+    await eventually(lambda: _more(operator, before), what="a pass over the attachment")
+    again = await kube.get(ATTACHMENTS.path(ns, "db-public"))
+    again_service = await rendered(kube, ns, "db-public")
+    assert again is not None
+    assert again_service is not None
+    assert (again["metadata"]["resourceVersion"], again_service["metadata"]["resourceVersion"]) == versions
+
+    # It follows the endpoint: a new port is mirrored.
+    await kube.patch(
+        SERVICES.path(ns, "postgres-db-rw"),
+        {
+            "spec": {
+                "ports": [
+                    {"name": "postgres", "port": 5432, "targetPort": 5432},
+                    {"name": "metrics", "port": 9187},
+                ]
+            }
+        },
+        "merge",
+    )
+    await wait_for_object(
+        kube, SERVICES, "ea-db-public", lambda s: s is not None and len(s["spec"]["ports"]) == 2, namespace=ns
+    )
+
+    # Deleting the attachment removes the Service first, then releases the minted address.
+    await kube.delete(ATTACHMENTS.path(ns, "db-public"))
+    await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns)
+    assert await rendered(kube, ns, "db-public") is None
+    assert await kube.get(ALLOCATIONS.path(name=address)) is None
+
+
+async def reconciles(operator: RunningOperator) -> float:
+    samples = await operator.scrape()
+    return sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "endpointattachment_reconcile_total" and ("kind", "attachment") in labels
+    )
+
+
+async def _more(operator: RunningOperator, before: float) -> bool:
+    return await reconciles(operator) > before
+
+
+async def test_hold_and_move_a_claimed_address(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-claims", cidrs=["198.51.100.16/29"])
+    await tenant.claim("my-ip", "it-claims", address="198.51.100.20")
+    await wait_for_object(
+        kube, CLAIMS, "my-ip", lambda c: (c or {}).get("status", {}).get("phase") == "Bound", namespace=ns
+    )
+    await tenant.app("one")
+    await tenant.endpoint("postgres-one-rw", "one", selector={"app": "one"})
+    await tenant.attachment("first", "postgres-one-rw", class_name=None, claim_name="my-ip")
+    first = await wait_attachment(kube, ns, "first", "True", "Published", operator)
+    assert first["status"]["address"] == "198.51.100.20"
+
+    # Hold: the claim's address survives the attachment that used it.
+    await kube.delete(ATTACHMENTS.path(ns, "first"))
+    await wait_for_object(kube, ATTACHMENTS, "first", lambda o: o is None, namespace=ns)
+    claim = await kube.get(CLAIMS.path(ns, "my-ip"))
+    assert claim is not None
+    assert (claim["status"]["phase"], claim["status"]["address"]) == ("Bound", "198.51.100.20")
+    assert "attachment" not in claim["status"]
+    assert await kube.get(ALLOCATIONS.path(name="198.51.100.20")) is not None
+
+    # Move: another application in the namespace binds the same address.
+    await tenant.app("two", kind="MySQL")
+    await tenant.endpoint("mysql-two", "two", kind="MySQL", selector={"app": "two"})
+    await tenant.attachment("second", "mysql-two", class_name=None, claim_name="my-ip")
+    second = await wait_attachment(kube, ns, "second", "True", "Published", operator)
+    assert second["status"]["address"] == "198.51.100.20"
+
+    # A claim in use cannot be deleted; it goes once its user is gone.
+    await kube.delete(CLAIMS.path(ns, "my-ip"))
+    held = await kube.get(CLAIMS.path(ns, "my-ip"))
+    assert held is not None
+    assert held["metadata"].get("deletionTimestamp")
+    await kube.delete(ATTACHMENTS.path(ns, "second"))
+    await wait_for_object(kube, CLAIMS, "my-ip", lambda c: c is None, namespace=ns)
+    await wait_for_object(kube, ALLOCATIONS, "198.51.100.20", lambda a: a is None)
+
+
+async def test_a_claim_in_another_namespace_cannot_be_named(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, namespace: str
+) -> None:
+    other = f"{namespace}-other"[:63]
+    await kube.create(
+        NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}
+    )
+    try:
+        await tenant.address_class("it-xns", cidrs=["198.51.100.32/29"])
+        await kube.create(
+            CLAIMS.path(other),
+            for_create(make_claim("theirs", other, class_name="it-xns", address=None, phase=None)),
+        )
+        await tenant.app("db")
+        await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+        await tenant.attachment("steal", "postgres-db-rw", class_name=None, claim_name="theirs")
+        await wait_attachment(
+            kube, namespace, "steal", "False", "ClaimNotFound", operator, type_="AddressBound"
+        )
+    finally:
+        await kube.delete(NAMESPACES.path(name=other))
+
+
+async def test_identity_a_squatting_service_is_never_touched(
+    kube: Kube, tenant: Tenant, operator: RunningOperator
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-ident", cidrs=["198.51.100.40/29"])
+    await tenant.app("db")
+    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    squatter = await kube.create(
+        SERVICES.path(ns),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "ea-db-public", "labels": {ATTACHMENT_LABEL: "db-public"}},
+            "spec": {"selector": {"app": "elsewhere"}, "ports": [{"port": 1}]},
+        },
+    )
+    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-ident")
+    await wait_attachment(kube, ns, "db-public", "False", "ServiceNameConflict", operator)
+    still = await rendered(kube, ns, "db-public")
+    assert still is not None
+    assert still["metadata"]["resourceVersion"] == squatter["metadata"]["resourceVersion"]
+
+
+async def test_identity_deleting_the_application_collects_its_attachment(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-gc", cidrs=["198.51.100.48/29"])
+    app = await tenant.app("db")
+    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-gc")
+    ready = await wait_attachment(kube, ns, "db-public", "True", "Published", operator)
+    address = ready["status"]["address"]
+
+    # Real garbage collection: the owner reference to the HelmRelease takes the attachment along,
+    # and our finalizer releases its Service and address on the way out.
+    await kube.delete(HELMRELEASES.path(ns, app["metadata"]["name"]))
+    await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns, timeout=60)
+    assert await rendered(kube, ns, "db-public") is None
+    await wait_for_object(kube, ALLOCATIONS, address, lambda a: a is None)
+
+    # The application recreated under the same name inherits nothing.
+    await tenant.app("db")
+    assert (await kube.list(ATTACHMENTS.path(ns)))["items"] == []
+
+
+async def test_no_double_mint_and_pool_exhaustion_recovers(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-small", cidrs=["198.51.100.56/29"])  # 6 usable addresses
+    await tenant.app("db")
+    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    names = [f"a{i}" for i in range(8)]
+    await asyncio.gather(*(tenant.attachment(n, "postgres-db-rw", class_name="it-small") for n in names))
+
+    async def settled() -> list[Obj] | None:
+        items = (await kube.list(ATTACHMENTS.path(ns)))["items"]
+        ready = [a for a in items if condition(a, "Ready") == ("True", "Published")]
+        exhausted = [a for a in items if condition(a, "AddressBound") == ("False", "PoolExhausted")]
+        return items if len(ready) == 6 and len(exhausted) == 2 else None
+
+    items = await eventually(settled, timeout=60, what="6 published, 2 exhausted")
+    addresses = [a["status"]["address"] for a in items if a.get("status", {}).get("address")]
+    assert len(addresses) == len(set(addresses)) == 6
+    allocations = [
+        a for a in (await kube.list(ALLOCATIONS.path()))["items"] if a["spec"]["className"] == "it-small"
+    ]
+    assert sorted(a["spec"]["address"] for a in allocations) == sorted(addresses)
+
+    # Freeing one address lets an exhausted attachment have it.
+    winner = next(a for a in items if a.get("status", {}).get("address"))
+    await kube.delete(ATTACHMENTS.path(ns, winner["metadata"]["name"]))
+    items = await eventually(
+        lambda: _published_count(kube, ns, 6),
+        timeout=60,
+        what="an exhausted attachment takes the freed address",
+    )
+    assert len({a["status"]["address"] for a in items}) == 6
+
+
+async def _published_count(kube: Kube, ns: str, count: int) -> list[Obj] | None:
+    items = (await kube.list(ATTACHMENTS.path(ns)))["items"]
+    ready = [a for a in items if condition(a, "Ready") == ("True", "Published")]
+    return ready if len(ready) == count else None
+
+
+async def test_vm_modes_need_a_declared_proxy_and_no_port_translation(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-vm", cidrs=["198.51.100.64/29"])
+    await tenant.app("vm1", kind="VMInstance")
+    await tenant.endpoint(
+        "vm1",
+        "vm1",
+        kind="VMInstance",
+        selector={"vm": "vm1"},
+        ports=[{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 22}],
+    )
+    await tenant.endpoint(
+        "vm1-web",
+        "vm1",
+        kind="VMInstance",
+        selector={"vm": "vm1"},
+        ports=[{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+    )
+    await tenant.attachment("vm-ssh", "vm1", class_name="it-vm", mode="PortList")
+    await wait_attachment(kube, ns, "vm-ssh", "False", "ProxyNotDeclared", operator, type_="DatapathAdmitted")
+    assert await rendered(kube, ns, "vm-ssh") is None
+
+    await tenant.proxy()
+    await tenant.pod("vm1-launcher", {"vm": "vm1"})
+    await wait_attachment(kube, ns, "vm-ssh", "True", "Published", operator)
+    service = await rendered(kube, ns, "vm-ssh")
+    assert service is not None
+    assert service["metadata"]["labels"][SERVICE_PROXY_NAME_LABEL] == "cozy-proxy"
+
+    await tenant.attachment("vm-web", "vm1-web", class_name="it-vm", mode="PortList")
+    await wait_attachment(
+        kube, ns, "vm-web", "False", "PortTranslationUnsupported", operator, type_="DatapathAdmitted"
+    )
+
+
+async def test_exclusivity_per_backend_pod(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-excl", cidrs=["198.51.100.72/29"])
+    await tenant.proxy()
+    await tenant.app("vm2", kind="VMInstance")
+    await tenant.endpoint(
+        "vm2",
+        "vm2",
+        kind="VMInstance",
+        selector={"vm": "vm2"},
+        ports=[{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 22}],
+    )
+    await tenant.pod("vm2-launcher", {"vm": "vm2"})
+
+    # Two VM-mode attachments on one pod: the older publishes, the younger is dark.
+    await tenant.attachment("older", "vm2", class_name="it-excl", mode="WholeIP")
+    await wait_attachment(kube, ns, "older", "True", "Published", operator)
+    await tenant.attachment("younger", "vm2", class_name="it-excl", mode="WholeIP")
+    await wait_attachment(
+        kube, ns, "younger", "False", "ExclusivityConflict", operator, type_="DatapathAdmitted"
+    )
+    assert await rendered(kube, ns, "younger") is None
+
+    # A chart's own cozy-proxy Service on the pod beats every attachment.
+    await kube.create(
+        SERVICES.path(ns),
+        {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {"name": "vm2-chart", "labels": {SERVICE_PROXY_NAME_LABEL: "cozy-proxy"}},
+            "spec": {"selector": {"vm": "vm2"}, "ports": [{"port": 22}]},
+        },
+    )
+    await wait_attachment(
+        kube, ns, "older", "False", "ExclusivityConflict", operator, type_="DatapathAdmitted"
+    )
+    await wait_for_object(kube, SERVICES, "ea-older", lambda s: s is None, namespace=ns)
+    await kube.delete(SERVICES.path(ns, "vm2-chart"))
+    await wait_attachment(kube, ns, "older", "True", "Published", operator)
+    await kube.delete(ATTACHMENTS.path(ns, "younger"))
+
+    # WholeIP with two ready backends stays dark, and publishes again at one.
+    await tenant.pod("vm2-launcher-2", {"vm": "vm2"})
+    await wait_attachment(kube, ns, "older", "False", "MultipleBackends", operator, type_="DatapathAdmitted")
+    await wait_for_object(kube, SERVICES, "ea-older", lambda s: s is None, namespace=ns)
+    await tenant.set_ready("vm2-launcher-2", False)
+    await wait_attachment(kube, ns, "older", "True", "Published", operator)
+
+
+async def test_repair_releases_an_orphaned_allocation(
+    kube: Kube, tenant: Tenant, operator: RunningOperator
+) -> None:
+    await tenant.address_class("it-repair", cidrs=["198.51.100.80/29"])
+    orphan = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "IPAddressAllocation",
+        "metadata": {"name": "198.51.100.81"},
+        "spec": {
+            "address": "198.51.100.81",
+            "className": "it-repair",
+            "holder": {
+                "kind": "EndpointAttachment",
+                "namespace": tenant.namespace,
+                "name": "gone",
+                "uid": "0000-gone",
+            },
+        },
+    }
+    await kube.create(ALLOCATIONS.path(), orphan)
+    await wait_for_object(kube, ALLOCATIONS, "198.51.100.81", lambda a: a is None, timeout=30)
