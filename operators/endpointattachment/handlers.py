@@ -21,14 +21,15 @@ without our controller reference, and never writes labels or annotations to obje
 from __future__ import annotations
 
 import asyncio
+import copy
 import logging
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import kopf
-from prometheus_client import CollectorRegistry, Counter, Histogram
 
 from operators.endpointattachment import allocator, claims, repair
 from operators.endpointattachment.constants import (
@@ -45,10 +46,13 @@ from operators.endpointattachment.constants import (
     VERSION,
 )
 from operators.endpointattachment.reconcile import Plan, ServiceAction, reconcile
+from operators.endpointattachment.render import service_name
 from operators.endpointattachment.settings import Settings
 from operators.endpointattachment.world import Key, Obj, World, key_of
 from shared.conditions import JsonPatch, rfc3339
 from shared.kube import SERVICES, ApiError, Kube, Resource
+from shared.operator import Telemetry, add_login, kopf_settings
+from shared.telemetry.tracing import OUTCOME_ERROR, stamp
 from shared.workqueue import WorkQueue
 
 log = logging.getLogger("endpointattachment")
@@ -78,32 +82,16 @@ WATCHED: tuple[tuple[str, str, str, str], ...] = (
     ("namespace", "", "v1", "namespaces"),
 )
 
+# status.capacity is an int64 in the CRD: larger pools report it saturated.
+INT64_MAX = 2**63 - 1
 WorkKey = tuple[str, str, str]  # (attachment | claim | class, namespace, name)
-
-
-@dataclass
-class Metrics:
-    registry: CollectorRegistry = field(default_factory=lambda: CollectorRegistry(auto_describe=True))
-
-    def __post_init__(self) -> None:
-        self.reconciles = Counter(
-            "endpointattachment_reconcile_total",
-            "Passes over one object, by kind and result.",
-            ["kind", "result"],
-            registry=self.registry,
-        )
-        self.duration = Histogram(
-            "endpointattachment_reconcile_duration_seconds",
-            "Time of one pass over one object, writes included.",
-            ["kind"],
-            registry=self.registry,
-        )
+SPAN_KINDS = {"attachment": "EndpointAttachment", "claim": "IPAddressClaim", "class": "IPAddressClass"}
 
 
 @dataclass
 class Operator:
     settings: Settings
-    metrics: Metrics = field(default_factory=Metrics)
+    telemetry: Telemetry
     world: World = field(default_factory=World)
     queue: WorkQueue[WorkKey] = field(default_factory=WorkQueue)
     kube: Kube | None = None
@@ -112,6 +100,7 @@ class Operator:
     # --- observation -----------------------------------------------------------------------------
 
     def observe(self, kind: str, event: kopf.RawEvent) -> None:
+        self.telemetry.reconciles.event_seen()
         obj = event["object"]
         if event["type"] == "DELETED":
             self.world.drop(kind, obj)
@@ -137,21 +126,36 @@ class Operator:
     # --- passes ----------------------------------------------------------------------------------
 
     async def work(self, key: WorkKey) -> None:
+        """One traced pass over one object; its outcome feeds the reconcile metrics."""
         kind, namespace, name = key
         started = time.perf_counter()
-        result = "error"
+        obj, related = self.subject(kind, namespace, name)
+        result = OUTCOME_ERROR
         try:
-            if kind == "attachment":
-                await self.pass_attachment((namespace, name))
-            elif kind == "claim":
-                await self.pass_claim((namespace, name))
-            else:
-                await self.pass_class(name)
-            result = "ok"
+            with self.telemetry.tracing.start_pass(SPAN_KINDS[kind], obj, related=related) as report:
+                if kind == "attachment":
+                    await self.pass_attachment((namespace, name))
+                elif kind == "claim":
+                    await self.pass_claim((namespace, name))
+                else:
+                    await self.pass_class(name)
+                report.reasons = _reasons(self.subject(kind, namespace, name)[0])
+                result = report.outcome
             self.queue.forget(key)
         finally:
-            self.metrics.reconciles.labels(kind=kind, result=result).inc()
-            self.metrics.duration.labels(kind=kind).observe(time.perf_counter() - started)
+            self.telemetry.reconciles.observe(result, time.perf_counter() - started)
+
+    def subject(self, kind: str, namespace: str, name: str) -> tuple[Obj | None, list[Obj | None]]:
+        """The object a pass is about, and the objects it reads whose writers its span links to."""
+        if kind == "attachment":
+            attachment = self.world.attachments.get((namespace, name))
+            service = self.world.services.get((namespace, service_name(name)))
+            held = self.world.held_allocation(attachment) if attachment else None
+            return attachment, [service, held]
+        if kind == "claim":
+            claim = self.world.claims.get((namespace, name))
+            return claim, [self.world.held_allocation(claim) if claim else None]
+        return self.world.classes.get(name), []
 
     async def pass_attachment(self, key: Key) -> None:
         assert self.kube is not None
@@ -166,7 +170,7 @@ class Operator:
         attachment = await self.ensure_metadata(ATTACHMENTS, "attachment", attachment, plan.owner_reference)
         requeue = ("attachment", *key)
         if plan.mint is not None:
-            _, allocation = await allocator.mint(self.kube, plan.mint.allocation)
+            _, allocation = await allocator.mint(self.kube, stamp(copy.deepcopy(dict(plan.mint.allocation))))
             self.remember("allocation", allocation)
             self.queue.add(requeue)  # decide again with the outcome in the caches
             return
@@ -205,7 +209,8 @@ class Operator:
         if action is ServiceAction.CREATE and plan.service is not None:
             namespace = plan.service["metadata"]["namespace"]
             try:
-                self.remember("service", await self.kube.create(SERVICES.path(namespace), plan.service))
+                body = stamp(copy.deepcopy(dict(plan.service)))
+                self.remember("service", await self.kube.create(SERVICES.path(namespace), body))
             except ApiError as error:
                 if error.status != 409:
                     raise
@@ -231,6 +236,7 @@ class Operator:
         if claim is None:
             return
         class_name = str((claim.get("spec") or {}).get("className"))
+        claim = await self.clear_stale_user(claim)
         if claim["metadata"].get("deletionTimestamp"):
             if FINALIZER not in (claim["metadata"].get("finalizers") or []):
                 return
@@ -239,6 +245,8 @@ class Operator:
             await self.write_status(CLAIMS, "claim", claim, plan.status_patch(claim.get("status"), _now()))
             if plan.release_allocation and held is not None:
                 await allocator.release(self.kube, held)
+                self.world.drop("allocation", held)
+                self.queue.add(("claim", *key))  # the finalizer comes off on the pass that sees it free
             if plan.remove_finalizer:
                 await self.remove_finalizer(CLAIMS, "claim", claim)
             return
@@ -252,17 +260,41 @@ class Operator:
             self.world.namespace_labels.get(key[0], {}),
         )
         if plan.mint is not None:
-            _, allocation = await allocator.mint(self.kube, plan.mint.allocation)
+            _, allocation = await allocator.mint(self.kube, stamp(copy.deepcopy(dict(plan.mint.allocation))))
             self.remember("allocation", allocation)
             self.queue.add(("claim", *key))
             return
         await self.write_status(CLAIMS, "claim", claim, plan.status_patch(claim.get("status"), _now()))
+
+    async def clear_stale_user(self, claim: Obj) -> Obj:
+        """A claim whose recorded user is gone (deleted without its finalizer running) is freed,
+        once the API, not only the cache, confirms that attachment is gone."""
+        assert self.kube is not None
+        user = (claim.get("status") or {}).get("attachment") or {}
+        uid, namespace = user.get("uid"), claim["metadata"]["namespace"]
+        if not uid or any(
+            (a.get("metadata") or {}).get("uid") == uid
+            for k, a in self.world.attachments.items()
+            if k[0] == namespace
+        ):
+            return claim
+        current = await self.kube.get(ATTACHMENTS.path(namespace, str(user.get("name") or "")))
+        if current is not None and current["metadata"]["uid"] == uid:
+            return claim
+        log.info(
+            "claim %s/%s: user %s is gone; freeing the claim", namespace, claim["metadata"]["name"], user
+        )
+        freed = await allocator.unbind_claim(self.kube, claim, str(uid))
+        self.remember("claim", freed or {})
+        return freed or claim
 
     async def pass_class(self, name: str) -> None:
         address_class = self.world.classes.get(name)
         if address_class is None:
             return
         capacity, allocated = repair.class_usage(address_class, list(self.world.allocations.values()))
+        if capacity is not None:
+            capacity = min(capacity, INT64_MAX)  # an IPv6 /64 holds more than the int64 status field
         stored = address_class.get("status") or {}
         fields = {"capacity": capacity, "allocated": allocated}
         ops: JsonPatch = [] if stored else [{"op": "add", "path": "/status", "value": {}}]
@@ -363,32 +395,38 @@ def _now() -> str:
     return rfc3339(datetime.now(UTC))
 
 
+def _reasons(obj: Obj | None) -> list[str]:
+    return [str(c.get("reason")) for c in ((obj or {}).get("status") or {}).get("conditions") or []]
+
+
+def _with_traceparent(patch: Mapping[str, Any]) -> dict[str, Any]:
+    """A merge patch that also carries the current pass's traceparent (only on writes made anyway)."""
+    stamped = stamp({"metadata": {}})["metadata"].get("annotations")
+    if not stamped:
+        return dict(patch)
+    metadata = dict(patch.get("metadata") or {})
+    metadata["annotations"] = {**(metadata.get("annotations") or {}), **stamped}
+    return {**patch, "metadata": metadata}
+
+
 def operator_settings() -> kopf.OperatorSettings:
-    settings = kopf.OperatorSettings()
-    settings.persistence.finalizer = KOPF_FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=STORAGE_PREFIX)
-    settings.posting.enabled = False
-    settings.scanning.disabled = True
-    settings.watching.server_timeout = 600
-    return settings
+    return kopf_settings(KOPF_FINALIZER, STORAGE_PREFIX)
 
 
 def build_registry(operator: Operator) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    add_login(registry)
 
     @kopf.on.startup(registry=registry)
     async def startup(**_: Any) -> None:
         operator.kube = await Kube.connect(operator.settings.kubeconfig)
+        operator.kube.tracer = operator.telemetry.tracing.tracer
         operator.tasks = [
             asyncio.create_task(
                 operator.queue.run(operator.work, operator.settings.workers), name="ea-workers"
             ),
             asyncio.create_task(operator.repair_loop(), name="ea-repair"),
+            asyncio.create_task(operator.telemetry.liveness.heartbeat(), name="ea-heartbeat"),
         ]
 
     @kopf.on.cleanup(registry=registry)

@@ -37,6 +37,7 @@ from operators.gpuclass.settings import Settings
 from shared.conditions import rfc3339, status_patch
 from shared.events import post_event
 from shared.kube import ApiError, Kube, Obj, Resource
+from shared.operator import Telemetry, add_login, kopf_settings
 
 log = logging.getLogger("gpuclass")
 
@@ -46,8 +47,10 @@ GPUCLASSES = Resource(f"{GROUP}/{VERSION}", PLURAL, namespaced=False)
 COMPONENT = "cozystack-gpuclass-operator"
 # kopf's own markers, should kopf ever need them: ours, never kopf's defaults, never shared with the
 # EndpointAttachment operator (the handlers here are event handlers, which write none of them).
-FINALIZER = "gpu.cozystack.io/gpuclass-operator"
+KOPF_FINALIZER = "gpuclass.operator.cozystack.io/kopf"
 STORAGE_PREFIX = "gpuclass.operator.cozystack.io"
+# Consecutive passes cover every class at once, so they are linked under one key, not per object.
+PASS_LINK_KEY = "gpuclass/all-classes"
 
 
 @dataclass
@@ -56,6 +59,7 @@ class State:
 
     settings: Settings
     metrics: Metrics
+    telemetry: Telemetry
     inventory: Inventory = field(default_factory=Inventory)
     classes: dict[str, Obj] = field(default_factory=dict)
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -64,39 +68,34 @@ class State:
     kube: Kube | None = None
     passes: int = 0
     writes: int = 0
-    loop_task: asyncio.Task[None] | None = None
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
 
 
 def operator_settings() -> kopf.OperatorSettings:
-    settings = kopf.OperatorSettings()
-    settings.persistence.finalizer = FINALIZER
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=STORAGE_PREFIX)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=STORAGE_PREFIX)
-    settings.posting.enabled = False  # Events are ours, on transitions only
-    settings.scanning.disabled = True  # no CRD/namespace watching: fewer permissions
-    settings.watching.server_timeout = 600
-    return settings
+    return kopf_settings(KOPF_FINALIZER, STORAGE_PREFIX)
 
 
 def build_registry(state: State) -> kopf.OperatorRegistry:
     registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+    add_login(registry)
 
     @kopf.on.startup(registry=registry)
     async def startup(**_: Any) -> None:
         state.kube = await Kube.connect(state.settings.kubeconfig)
-        state.loop_task = asyncio.create_task(pass_loop(state), name="gpuclass-passes")
+        state.kube.tracer = state.telemetry.tracing.tracer
+        state.tasks = [
+            asyncio.create_task(pass_loop(state), name="gpuclass-passes"),
+            asyncio.create_task(state.telemetry.liveness.heartbeat(), name="gpuclass-heartbeat"),
+        ]
 
     @kopf.on.cleanup(registry=registry)
     async def cleanup(**_: Any) -> None:
-        if state.loop_task:
-            state.loop_task.cancel()
+        for task in state.tasks:
+            task.cancel()
 
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event: kopf.RawEvent, **_: Any) -> None:
+        state.telemetry.reconciles.event_seen()
         node = event["object"]
         if event["type"] == "DELETED":
             changed = state.inventory.delete_node(node["metadata"]["name"])
@@ -107,6 +106,7 @@ def build_registry(state: State) -> kopf.OperatorRegistry:
 
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
+        state.telemetry.reconciles.event_seen()
         pod = event["object"]
         if event["type"] == "DELETED":
             changed = state.inventory.delete_pod(pod_key(pod))
@@ -117,6 +117,7 @@ def build_registry(state: State) -> kopf.OperatorRegistry:
 
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def class_event(event: kopf.RawEvent, **_: Any) -> None:
+        state.telemetry.reconciles.event_seen()
         obj = event["object"]
         name = obj["metadata"]["name"]
         if event["type"] == "DELETED":
@@ -151,26 +152,45 @@ async def pass_loop(state: State) -> None:
 
 
 async def run_pass(state: State) -> dict[str, ClassDecision]:
-    """One pass over every class: read KubeVirt, decide, write what differs, emit transitions."""
+    """One pass over every class: read KubeVirt, decide, write what differs, emit transitions.
+
+    Traced as one span (linked to the previous pass), with child spans for the KubeVirt read and
+    for each status write; counted in the common reconcile metrics.
+    """
     assert state.kube is not None
     started = time.perf_counter()
-    now = datetime.now(UTC)
-    read = await read_kubevirt(
-        state.kube, state.settings.kubevirt_namespace, state.settings.kubevirt_name, state.kubevirt_read, now
-    )
-    kubevirt_view = view(read, state.kubevirt_known, now)
-    state.kubevirt_read, state.kubevirt_known = read, remember(read, state.kubevirt_known)
-    classes = list(state.classes.values())
-    decisions = decide(classes, state.inventory, kubevirt_view)
-    for obj in classes:
-        decision = decisions.get(obj["metadata"]["name"])
-        if decision is not None:
-            await _store(state, obj, decision, rfc3339(now))
-    state.metrics.classes.decisions = decisions
-    state.metrics.pass_duration.observe(time.perf_counter() - started)
-    state.metrics.last_pass.set(time.time())
-    state.passes += 1
-    return decisions
+    tracing = state.telemetry.tracing
+    result = "error"
+    with tracing.start_pass("GPUClass", None, link_key=PASS_LINK_KEY) as report:
+        try:
+            now = datetime.now(UTC)
+            with tracing.child("read KubeVirt CR", namespace=state.settings.kubevirt_namespace):
+                read = await read_kubevirt(
+                    state.kube,
+                    state.settings.kubevirt_namespace,
+                    state.settings.kubevirt_name,
+                    state.kubevirt_read,
+                    now,
+                )
+            kubevirt_view = view(read, state.kubevirt_known, now)
+            state.kubevirt_read, state.kubevirt_known = read, remember(read, state.kubevirt_known)
+            classes = list(state.classes.values())
+            decisions = decide(classes, state.inventory, kubevirt_view)
+            report.span.set_attribute("gpuclass.classes", len(decisions))
+            report.reasons = sorted({c.reason for d in decisions.values() for c in d.status.conditions})
+            for obj in classes:
+                decision = decisions.get(obj["metadata"]["name"])
+                if decision is not None:
+                    await _store(state, obj, decision, rfc3339(now))
+            state.metrics.classes.decisions = decisions
+            result = report.outcome
+            return decisions
+        finally:
+            elapsed = time.perf_counter() - started
+            state.telemetry.reconciles.observe(result, elapsed)
+            state.metrics.pass_duration.observe(elapsed)
+            state.metrics.last_pass.set(time.time())
+            state.passes += 1
 
 
 async def _store(state: State, obj: Obj, decision: ClassDecision, now: str) -> None:

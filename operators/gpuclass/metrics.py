@@ -72,10 +72,10 @@ class ClassCollector(Collector):
 
 
 class Metrics:
-    """Everything the operator exports, on its own registry (never the process-global one)."""
+    """The domain metrics, on the operator's own registry (never the process-global one)."""
 
-    def __init__(self) -> None:
-        self.registry = CollectorRegistry(auto_describe=True)
+    def __init__(self, registry: CollectorRegistry) -> None:
+        self.registry = registry
         self.classes = ClassCollector()
         self.registry.register(self.classes)
         self.pass_duration = Histogram(

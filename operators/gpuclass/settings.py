@@ -20,6 +20,10 @@ class Settings:
     # Where the metrics are served; port 0 turns the server off (tests that need no scrape).
     metrics_address: str = "0.0.0.0"
     metrics_port: int = 8080
+    health_port: int = 8081  # /healthz; 0 turns it off
+    # Liveness fails when no Node/Pod/class event arrived for this long: kubelets report Node status
+    # every few minutes, so a silence this long means the watches are stuck. 0 disables the check.
+    watch_silence_seconds: float = 1800.0
     # A burst of Node/Pod events becomes one pass once the stream has been quiet this long...
     debounce_seconds: float = 0.5
     # ...but a steady stream cannot hold a pass back longer than this.
@@ -50,6 +54,14 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
         "--metrics-port", type=int, default=int(env("GPUCLASS_METRICS_PORT", str(defaults.metrics_port)))
     )
     parser.add_argument(
+        "--health-port", type=int, default=int(env("GPUCLASS_HEALTH_PORT", str(defaults.health_port)))
+    )
+    parser.add_argument(
+        "--watch-silence-seconds",
+        type=float,
+        default=float(env("GPUCLASS_WATCH_SILENCE_SECONDS", str(defaults.watch_silence_seconds))),
+    )
+    parser.add_argument(
         "--debounce-seconds",
         type=float,
         default=float(env("GPUCLASS_DEBOUNCE_SECONDS", str(defaults.debounce_seconds))),
@@ -69,6 +81,8 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
         kubevirt_name=args.kubevirt_name,
         metrics_address=args.metrics_address,
         metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        watch_silence_seconds=args.watch_silence_seconds,
         debounce_seconds=args.debounce_seconds,
         kubevirt_recheck_seconds=args.kubevirt_recheck_seconds,
         events_namespace=args.events_namespace,

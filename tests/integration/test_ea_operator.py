@@ -10,11 +10,14 @@ and the load balancer (``tests.support.loadbalancer``). Each test carries one of
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from hack.devcluster import ClusterInfo
 from operators.endpointattachment.constants import (
@@ -23,6 +26,7 @@ from operators.endpointattachment.constants import (
     SERVICE_PROXY_NAME_LABEL,
 )
 from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj, Resource
+from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -37,6 +41,7 @@ from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.loadbalancer import FakeLoadBalancer, load_balancer
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process
+from tests.support.otlp import attributes, otlp_receiver
 from tests.support.waiting import eventually, wait_for_object
 
 GROUP_VERSION = "local.sdn.cozystack.io/v1alpha1"
@@ -71,10 +76,11 @@ async def ea_crds(kube: Kube) -> AsyncIterator[None]:
     await kube.delete(NODES.path(name=NODE))
 
 
-@pytest.fixture
-async def operator(
-    kube: Kube, cluster: ClusterInfo, ea_crds: None, tmp_path: Path
+@contextlib.asynccontextmanager
+async def ea_operator(
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, extra_env: Mapping[str, str] | None = None
 ) -> AsyncIterator[RunningOperator]:
+    """The operator, authenticated as its own ServiceAccount, authorised by its ClusterRole only."""
     namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
     rbac = [
         doc
@@ -91,11 +97,19 @@ async def operator(
     )
     args = ["--repair-interval-seconds=1", "--repair-grace-seconds=2"]
     async with operator_process(
-        "operators.endpointattachment", kubeconfig, args, tmp_path / "operator.log"
+        "operators.endpointattachment", kubeconfig, args, tmp_path / "operator.log", extra_env
     ) as running:
         yield running
         assert running.process.returncode is None, f"operator died:\n{running.log_tail()}"
         assert "Traceback" not in running.log_path.read_text(), running.log_tail(200)
+
+
+@pytest.fixture
+async def operator(
+    kube: Kube, cluster: ClusterInfo, ea_crds: None, tmp_path: Path
+) -> AsyncIterator[RunningOperator]:
+    async with ea_operator(kube, cluster, tmp_path) as running:
+        yield running
 
 
 @pytest.fixture
@@ -309,11 +323,7 @@ async def test_minted_attachment_renders_a_mirroring_service_and_becomes_ready(
 
 async def reconciles(operator: RunningOperator) -> float:
     samples = await operator.scrape()
-    return sum(
-        v
-        for (name, labels), v in samples.items()
-        if name == "endpointattachment_reconcile_total" and ("kind", "attachment") in labels
-    )
+    return sum(v for (name, _), v in samples.items() if name == "endpointattachment_reconcile_total")
 
 
 async def _more(operator: RunningOperator, before: float) -> bool:
@@ -580,3 +590,81 @@ async def test_repair_releases_an_orphaned_allocation(
     }
     await kube.create(ALLOCATIONS.path(), orphan)
     await wait_for_object(kube, ALLOCATIONS, "198.51.100.81", lambda a: a is None, timeout=30)
+
+
+async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
+    kube: Kube, cluster: ClusterInfo, tenant: Tenant, lb: FakeLoadBalancer, tmp_path: Path
+) -> None:
+    ns = tenant.namespace
+    with otlp_receiver() as receiver:
+        env = {
+            "OTEL_EXPORTER_OTLP_ENDPOINT": receiver.endpoint,
+            "OTEL_BSP_SCHEDULE_DELAY": "100",
+            "COZY_TRACE_UNCHANGED_RATIO": "1",
+            "OTEL_RESOURCE_ATTRIBUTES": f"k8s.pod.name=ea-under-test,k8s.namespace.name={OPERATOR_NAMESPACE}",
+        }
+        async with ea_operator(kube, cluster, tmp_path, env) as operator:
+            await tenant.address_class("it-trace", cidrs=["198.51.100.88/29"])
+            await tenant.app("db")
+            await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+            await tenant.attachment("traced", "postgres-db-rw", class_name="it-trace")
+            ready = await wait_attachment(kube, ns, "traced", "True", "Published", operator)
+            uid = ready["metadata"]["uid"]
+
+            # The rendered Service carries the traceparent of the pass that wrote it.
+            service = await rendered(kube, ns, "traced")
+            assert service is not None
+            traceparent = service["metadata"]["annotations"][TRACEPARENT_ANNOTATION]
+            version, trace_id, _, _ = traceparent.split("-")
+            assert (version, len(trace_id)) == ("00", 32)
+
+            def passes() -> list[Span]:
+                return sorted(
+                    (
+                        s
+                        for s in receiver.snapshot()
+                        if s.name == "reconcile EndpointAttachment"
+                        and attributes(s).get("k8s.object.uid") == uid
+                    ),
+                    key=lambda s: s.start_time_unix_nano,
+                )
+
+            async def published() -> list[Span] | None:
+                chain = passes()
+                reasons = [attributes(s).get("condition.reasons") for s in chain]
+                return chain if any(isinstance(r, list) and "Published" in r for r in reasons) else None
+
+            chain = await eventually(published, what="the pass that published, exported")
+            assert len(chain) >= 3  # minted, rendered, load balancer answered (at least)
+            for earlier, later in itertools.pairwise(chain):
+                assert any(link.span_id == earlier.span_id for link in later.links), "passes are not chained"
+            outcomes = {attributes(s)["outcome"] for s in chain}
+            assert "changed" in outcomes
+            writes = [s for s in receiver.snapshot() if s.name == "POST services"]
+            assert any(s.trace_id.hex() == trace_id for s in writes), (
+                "no Service write in the annotated trace"
+            )
+            assert any(r.get("k8s.pod.name") == "ea-under-test" for r in receiver.resources)
+            assert any(
+                r.get("service.name") == "cozystack-endpointattachment-operator" for r in receiver.resources
+            )
+
+            # Metrics, parsed as Prometheus would.
+            samples = await operator.scrape()
+            names = {name for name, _ in samples}
+            assert {
+                "endpointattachment_reconcile_total",
+                "endpointattachment_watch_last_event_age_seconds",
+            } <= names
+            assert "endpointattachment_reconcile_duration_seconds_bucket" in names
+            allocated = (
+                "endpointattachment_pool_addresses",
+                (("ipaddressclass", "it-trace"), ("state", "allocated")),
+            )
+            assert samples[allocated] == 1
+            published_ready = (
+                "endpointattachment_attachments",
+                (("reason", "Published"), ("status", "True"), ("type", "Ready")),
+            )
+            assert samples[published_ready] >= 1
+            assert await operator.healthz() == 200

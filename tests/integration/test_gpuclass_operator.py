@@ -297,6 +297,16 @@ async def test_reference_fixture_gives_the_design_table(
     eligible = (("gpuclass", "h200"), ("resource", H200), ("state", "eligible"))
     assert samples[("cozystack_gpuclass_nodes", eligible)] == 2
 
+    assert samples[("gpuclass_reconcile_total", (("result", "changed"),))] >= 1
+    assert ("gpuclass_watch_last_event_age_seconds", ()) in samples
+    assert await operator.healthz() == 200
+
+    # Event handlers only: nothing (no kopf annotation, no finalizer) was written to Nodes or Pods.
+    for resource, namespace in ((NODES, None), (PODS, world.namespace)):
+        for item in (await kube.list(resource.path(namespace)))["items"]:
+            assert not item["metadata"].get("annotations"), item["metadata"]
+            assert not item["metadata"].get("finalizers"), item["metadata"]
+
     # Deleting the owner hands the name over in the next pass; premium tolerates nothing: only n5.
     await kube.delete(GPUCLASSES.path(name="h200"))
     handed_over = {

@@ -12,7 +12,7 @@ import contextlib
 import os
 import socket
 import sys
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -34,9 +34,15 @@ class RunningOperator:
     process: asyncio.subprocess.Process
     log_path: Path
     metrics_port: int
+    health_port: int
 
     def log_tail(self, lines: int = 60) -> str:
         return "\n".join(self.log_path.read_text(errors="replace").splitlines()[-lines:])
+
+    async def healthz(self) -> int:
+        async with httpx.AsyncClient() as client:
+            response = await client.get(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5)
+        return response.status_code
 
     async def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
         """Every sample served on the metrics port: (name, sorted labels) -> value."""
@@ -52,10 +58,14 @@ class RunningOperator:
 
 @contextlib.asynccontextmanager
 async def operator_process(
-    module: str, kubeconfig: str, args: Sequence[str], log_path: Path
+    module: str,
+    kubeconfig: str,
+    args: Sequence[str],
+    log_path: Path,
+    extra_env: Mapping[str, str] | None = None,
 ) -> AsyncIterator[RunningOperator]:
-    port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    port, health_port = free_port(), free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     env.pop("KUBECONFIG", None)
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
@@ -68,13 +78,15 @@ async def operator_process(
             "127.0.0.1",
             "--metrics-port",
             str(port),
+            "--health-port",
+            str(health_port),
             *args,
             stdout=log,
             stderr=asyncio.subprocess.STDOUT,
             cwd=ROOT,
             env=env,
         )
-    running = RunningOperator(process, log_path, port)
+    running = RunningOperator(process, log_path, port, health_port)
     try:
         yield running
     finally:
