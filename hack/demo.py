@@ -1,31 +1,444 @@
-"""make demo: the local control plane with both operators and sample objects, and what people see.
+"""make demo: both operators on the local control plane with sample objects, and what people see.
 
-Until the operators land it starts the control plane, shows that it answers, and says what is missing.
-It ends cleanly on Ctrl-C and leaves nothing running.
+It starts the local control plane, installs the CRDs with kubectl (``kubectl apply -k config/crd``),
+runs both operators, plays the missing parts (kubelets, the load balancer), creates a small GPU
+cloud and a tenant with a database and a VM, then prints what a tenant sees and what a hoster sees.
+It waits for Ctrl-C (or, with ``--once``, stops right away) and leaves nothing running.
+
+Set ``OTEL_EXPORTER_OTLP_ENDPOINT`` (e.g. Jaeger all-in-one's ``http://localhost:4318``) before
+``make demo`` and the operators' traces go there.
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
+import contextlib
+import os
 import signal
+import socket
 import subprocess
-import threading
+import sys
+from collections.abc import AsyncIterator, Mapping
+from pathlib import Path
+from typing import Any
 
-from hack.devcluster import LocalControlPlane
+import httpx
+import yaml
+
+from hack.devcluster import ROOT, ClusterInfo, LocalControlPlane
+from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
+from tests.support.loadbalancer import load_balancer
+
+TENANT = "tenant-demo"
+H200, L40S, RTX4090 = (
+    "nvidia.com/GH100_H200_SXM_141GB",
+    "nvidia.com/AD102GL_L40S",
+    "nvidia.com/AD102_GEFORCE_RTX_4090",
+)
+SDN = "local.sdn.cozystack.io/v1alpha1"
+GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
+ATTACHMENTS = Resource(SDN, "endpointattachments")
+HELMRELEASES = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
+LINEAGE = "apps.cozystack.io/application"
+
+
+def lineage(kind: str, name: str, tenant_facing: bool) -> dict[str, str]:
+    labels = {
+        f"{LINEAGE}.group": "apps.cozystack.io",
+        f"{LINEAGE}.kind": kind,
+        f"{LINEAGE}.name": name,
+        "internal.cozystack.io/managed-by-cozystack": "true",
+    }
+    if tenant_facing:
+        labels["internal.cozystack.io/tenantresource"] = "true"
+    return labels
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port: int = s.getsockname()[1]
+        return port
+
+
+def kubectl(cluster: ClusterInfo, *args: str, capture: bool = False) -> str:
+    command = [cluster.kubectl, "--kubeconfig", cluster.kubeconfig, *args]
+    result = subprocess.run(command, check=True, text=True, capture_output=capture)
+    return result.stdout if capture else ""
+
+
+# --- the world the demo builds -----------------------------------------------------------------
+
+
+async def gpu_node(
+    kube: Kube, name: str, resource: str, count: int, taint: str = "", cordoned: bool = False
+) -> None:
+    spec: dict[str, Any] = {"unschedulable": cordoned} if cordoned else {}
+    if taint:
+        key, _, value_effect = taint.partition("=")
+        value, _, effect = value_effect.partition(":")
+        spec["taints"] = [{"key": key, "value": value, "effect": effect}]
+    await kube.create(NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}})
+    allocatable = {"cpu": "64", "memory": "512Gi", "pods": "110", resource: str(count)}
+    status = {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "capacity": allocatable,
+        "allocatable": allocatable,
+    }
+    await kube.patch(NODES.path(name=name) + "/status", {"status": status}, kind="merge")
+    # The node lifecycle controller's part: lift the not-ready taint admission put on the new Node.
+    await kube.patch(
+        NODES.path(name=name), {"spec": {"taints": spec.pop("taints", None), **spec}}, kind="merge"
+    )
+
+
+async def running_pod(
+    kube: Kube,
+    name: str,
+    node: str,
+    labels: Mapping[str, str],
+    ip: str,
+    gpus: Mapping[str, str] | None = None,
+) -> None:
+    resources = {"limits": dict(gpus)} if gpus else {}
+    pod = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {"name": name, "labels": dict(labels)},
+        "spec": {
+            "nodeName": node,
+            "containers": [
+                {"name": "compute", "image": "registry.k8s.io/pause:3.10", "resources": resources}
+            ],
+            "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        },
+    }
+    await kube.create(PODS.path(TENANT), pod)
+    status = {
+        "phase": "Running",
+        "podIP": ip,
+        "podIPs": [{"ip": ip}],
+        "conditions": [{"type": "Ready", "status": "True"}],
+    }
+    await kube.patch(PODS.path(TENANT, name) + "/status", {"status": status}, kind="merge")
+
+
+async def install_platform_crds(kube: Kube, cluster: ClusterInfo) -> None:
+    """What Cozystack already runs: KubeVirt's and Flux's CRDs (the operators watch HelmReleases,
+    so Flux's CRD must be served before they start)."""
+    for doc in yaml.safe_load_all((ROOT / "tests/fixtures/kubevirt-crd.yaml").read_text()):
+        if doc:
+            await kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
+    kubectl(cluster, "apply", "--server-side", "-f", str(ROOT / "tests/fixtures/helmrelease-crd.yaml"))
+    kubectl(
+        cluster,
+        "wait",
+        "--for=condition=Established",
+        "crd/kubevirts.kubevirt.io",
+        "crd/helmreleases.helm.toolkit.fluxcd.io",
+    )
+
+
+async def build_world(kube: Kube, cluster: ClusterInfo) -> None:
+    for namespace in ("cozy-kubevirt", TENANT):
+        await kube.create(
+            NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+    kubectl(cluster, "apply", "-f", str(ROOT / "tests/fixtures/kubevirt-cr-passthrough.yaml"))
+
+    # The hoster's GPU nodes, as the NVIDIA KubeVirt device plugin advertises them.
+    await gpu_node(kube, "gpu-node-1", H200, 8, taint="nvidia.com/gpu=present:NoSchedule")
+    await gpu_node(kube, "gpu-node-2", H200, 8, cordoned=True)
+    await gpu_node(kube, "gpu-node-3", L40S, 2)
+    await gpu_node(kube, "gpu-node-4", RTX4090, 2)
+    # GPU classes: one conflicting (an older class owns the name), one KubeVirt does not permit.
+    classes = [
+        (
+            "h200",
+            H200,
+            "NVIDIA H200 SXM 141GB",
+            [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+        ),
+        ("l40s", L40S, "NVIDIA L40S", []),
+        ("rtx4090", RTX4090, "GeForce RTX 4090 (not in the KubeVirt table)", []),
+        ("h200-premium", H200, "H200, premium (a second class on the same name)", []),
+    ]
+    for name, resource, display, tolerations in classes:
+        spec: dict[str, Any] = {"resourceName": resource, "displayName": display}
+        if tolerations:
+            spec["tolerations"] = tolerations
+        await kube.create(
+            GPUCLASSES.path(),
+            {
+                "apiVersion": "gpu.cozystack.io/v1alpha1",
+                "kind": "GPUClass",
+                "metadata": {"name": name},
+                "spec": spec,
+            },
+        )
+
+    # The tenant: a Postgres and a VM with a GPU, as Cozystack renders them (HelmRelease + labels).
+    while await kube.get(SERVICE_ACCOUNTS.path(TENANT, "default")) is None:
+        await asyncio.sleep(0.2)  # the serviceaccount controller creates it within a moment
+    for kind, name in (("Postgres", "db"), ("VMInstance", "vm1")):
+        release = {
+            "apiVersion": "helm.toolkit.fluxcd.io/v2",
+            "kind": "HelmRelease",
+            "metadata": {
+                "name": f"{kind.lower()}-{name}",
+                "labels": lineage(kind, name, tenant_facing=False),
+            },
+            "spec": {
+                "interval": "5m",
+                "chart": {
+                    "spec": {
+                        "chart": kind.lower(),
+                        "sourceRef": {"kind": "HelmRepository", "name": "cozystack-apps"},
+                    }
+                },
+            },
+        }
+        await kube.create(HELMRELEASES.path(TENANT), release)
+    services = [
+        (
+            "postgres-db-rw",
+            "Postgres",
+            "db",
+            {"app": "db"},
+            [{"name": "postgres", "port": 5432, "targetPort": 5432}],
+        ),
+        ("vm1", "VMInstance", "vm1", {"vm": "vm1"}, [{"name": "ssh", "port": 22, "targetPort": 22}]),
+    ]
+    for service, kind, app, selector, ports in services:
+        await kube.create(
+            SERVICES.path(TENANT),
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": service, "labels": lineage(kind, app, tenant_facing=True)},
+                "spec": {"selector": selector, "ports": ports},
+            },
+        )
+    await running_pod(kube, "db-0", "gpu-node-3", {"app": "db"}, "10.244.3.10")
+    await running_pod(kube, "virt-launcher-vm1", "gpu-node-1", {"vm": "vm1"}, "10.244.1.20", {H200: "2"})
+    await running_pod(kube, "virt-launcher-train", "gpu-node-1", {"vm": "train"}, "10.244.1.21", {H200: "4"})
+    await running_pod(
+        kube, "virt-launcher-render", "gpu-node-3", {"vm": "render"}, "10.244.3.11", {L40S: "1"}
+    )
+
+    # Addresses: the hoster's pool and proxy declaration; the tenant's claim and attachments. vm1-ssh
+    # and vm1-whole both want the VM's one pod for cozy-proxy: the older (ties: by name) wins.
+    manifests = [
+        {
+            "apiVersion": SDN,
+            "kind": "IPAddressClass",
+            "metadata": {"name": "public-v4"},
+            "spec": {"cidrs": ["198.51.100.0/28"], "provider": "MetalLB"},
+        },
+        {
+            "apiVersion": SDN,
+            "kind": "ServiceProxy",
+            "metadata": {"name": "cozy-proxy"},
+            "spec": {
+                "serviceProxyName": "cozy-proxy",
+                "modes": ["PortList", "WholeIP"],
+                "ipFamilies": ["IPv4"],
+            },
+        },
+        {
+            "apiVersion": SDN,
+            "kind": "IPAddressClaim",
+            "metadata": {"name": "reserved-ip", "namespace": TENANT},
+            "spec": {"className": "public-v4", "address": "198.51.100.10"},
+        },
+        {
+            "apiVersion": SDN,
+            "kind": "EndpointAttachment",
+            "metadata": {"name": "db-public", "namespace": TENANT},
+            "spec": {
+                "endpoint": {"name": "postgres-db-rw"},
+                "address": {"className": "public-v4"},
+                "mode": "Standard",
+            },
+        },
+        {
+            "apiVersion": SDN,
+            "kind": "EndpointAttachment",
+            "metadata": {"name": "vm1-ssh", "namespace": TENANT},
+            "spec": {
+                "endpoint": {"name": "vm1"},
+                "address": {"claimName": "reserved-ip"},
+                "mode": "PortList",
+            },
+        },
+        {
+            "apiVersion": SDN,
+            "kind": "EndpointAttachment",
+            "metadata": {"name": "vm1-whole", "namespace": TENANT},
+            "spec": {"endpoint": {"name": "vm1"}, "address": {"className": "public-v4"}, "mode": "WholeIP"},
+        },
+    ]
+    for manifest in manifests:
+        kubectl_input = yaml.safe_dump(manifest)
+        subprocess.run(
+            [cluster.kubectl, "--kubeconfig", cluster.kubeconfig, "apply", "-f", "-"],
+            input=kubectl_input,
+            text=True,
+            check=True,
+            capture_output=True,
+        )
+
+
+# --- running the operators -----------------------------------------------------------------------
+
+
+@contextlib.asynccontextmanager
+async def operator(module: str, cluster: ClusterInfo, log: Path) -> AsyncIterator[int]:
+    port = free_port()
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    args = [
+        "--kubeconfig",
+        cluster.kubeconfig,
+        "--metrics-address",
+        "127.0.0.1",
+        "--metrics-port",
+        str(port),
+        "--health-port",
+        "0",
+    ]
+    if module == "operators.gpuclass":
+        args += ["--debounce-seconds", "0.3", "--kubevirt-recheck-seconds", "5"]
+    with log.open("wb") as out:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-m",
+            module,
+            *args,
+            stdout=out,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
+    try:
+        yield port
+    finally:
+        if process.returncode is None:
+            process.terminate()
+            try:
+                await asyncio.wait_for(process.wait(), 15)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+
+
+async def converged(kube: Kube) -> bool:
+    classes = (await kube.list(GPUCLASSES.path()))["items"]
+    attachments = (await kube.list(ATTACHMENTS.path(TENANT)))["items"]
+    settled = [
+        o for o in classes + attachments if _ready(o)[1] not in ("", "AddressPending", "Minting", "Binding")
+    ]
+    return len(classes) == 4 and len(attachments) == 3 and len(settled) == 7
+
+
+def _ready(obj: Obj) -> tuple[str, str, str]:
+    for condition in (obj.get("status") or {}).get("conditions") or []:
+        if condition["type"] == "Ready":
+            return condition["status"], condition["reason"], condition.get("message", "")
+    return "", "", ""
+
+
+async def show(kube: Kube, cluster: ClusterInfo, ports: Mapping[str, int]) -> None:
+    bar = "=" * 100
+    print(f"\n{bar}\nWHAT A TENANT SEES\n{bar}")
+    print("$ kubectl get gpuclasses            # can a VM of this class start now, and how big?")
+    kubectl(cluster, "get", "gpuclasses")
+    print(f"\n$ kubectl get endpointattachments -n {TENANT}")
+    kubectl(cluster, "get", "endpointattachments", "-n", TENANT)
+    print(f"\n$ kubectl get ipaddressclaims -n {TENANT}")
+    kubectl(cluster, "get", "ipaddressclaims", "-n", TENANT)
+
+    print(f"\n{bar}\nWHAT A HOSTER SEES\n{bar}")
+    print("Why each object that is not Ready is not:")
+    objects = (await kube.list(GPUCLASSES.path()))["items"] + (await kube.list(ATTACHMENTS.path(TENANT)))[
+        "items"
+    ]
+    for obj in objects:
+        status, reason, message = _ready(obj)
+        if status != "True":
+            metadata = obj["metadata"]
+            where = f"{metadata['namespace']}/" if metadata.get("namespace") else ""
+            print(f"  {obj['kind']} {where}{metadata['name']}: Ready={status} {reason}: {message}")
+            for condition in obj["status"]["conditions"]:
+                if condition["type"] != "Ready" and condition["reason"] == reason:
+                    print(f"      {condition['type']}={condition['status']}: {condition['message']}")
+    print("\nInventory, from the operators' Prometheus metrics (never in the world-readable status):")
+    wanted = (
+        "cozystack_gpuclass_allocatable",
+        "cozystack_gpuclass_requested",
+        "cozystack_gpuclass_free",
+        'cozystack_gpuclass_nodes{gpuclass="h200"',
+        "endpointattachment_pool_addresses",
+    )
+    async with httpx.AsyncClient() as client:
+        for name, port in ports.items():
+            text = (await client.get(f"http://127.0.0.1:{port}/metrics")).text
+            print(f"  -- {name} operator, http://127.0.0.1:{port}/metrics")
+            for line in text.splitlines():
+                if line.startswith(wanted):
+                    print(f"  {line}")
+    print(f"\n{bar}\nTRACES\n{bar}")
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        print(f"Spans went to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}: open Jaeger and pick a service")
+        print("cozystack-gpuclass-operator or cozystack-endpointattachment-operator.")
+    else:
+        print("Tracing is off. Start Jaeger all-in-one (OTLP on :4318), then:")
+        print("  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 make demo")
+        print("and open http://localhost:16686 (service: cozystack-endpointattachment-operator).")
+    print(f"\nThe control plane stays up until you stop the demo:\n  export KUBECONFIG={cluster.kubeconfig}")
+    print(f"  alias kubectl={cluster.kubectl}")
+
+
+async def demo(once: bool) -> None:
+    with LocalControlPlane() as cluster:
+        print(f"local control plane ready in {cluster.ready_seconds:.1f}s at {cluster.server}")
+        kube = await Kube.connect(cluster.kubeconfig)
+        print("$ kubectl apply -k config/crd")
+        kubectl(cluster, "apply", "-k", str(ROOT / "config/crd"))
+        kubectl(cluster, "wait", "--for=condition=Established", "--all", "crd")
+        await install_platform_crds(kube, cluster)
+        logs = Path(cluster.kubeconfig).parent / "logs"
+        async with (
+            operator("operators.gpuclass", cluster, logs / "gpuclass-operator.log") as gpu_port,
+            operator(
+                "operators.endpointattachment", cluster, logs / "endpointattachment-operator.log"
+            ) as ea_port,
+            load_balancer(kube),
+        ):
+            print(f"operators running (logs in {logs}); building the sample world...")
+            await build_world(kube, cluster)
+            deadline = asyncio.get_running_loop().time() + 90
+            while not await converged(kube) and asyncio.get_running_loop().time() < deadline:
+                await asyncio.sleep(0.5)  # polling the objects' status, bounded by the deadline
+            await show(kube, cluster, {"gpuclass": gpu_port, "endpointattachment": ea_port})
+            if not once:
+                print("\nPress Ctrl-C to stop the demo.")
+                stop = asyncio.Event()
+                loop = asyncio.get_running_loop()
+                for sig in (signal.SIGINT, signal.SIGTERM):
+                    loop.add_signal_handler(sig, stop.set)
+                await stop.wait()
+    print("demo stopped: operators and control plane are down, nothing left running")
 
 
 def main() -> None:
-    with LocalControlPlane() as cluster:
-        print(f"local control plane ready in {cluster.ready_seconds:.1f}s at {cluster.server}")
-        subprocess.run([cluster.kubectl, "--kubeconfig", cluster.kubeconfig, "get", "namespaces"], check=True)
-        print()
-        print("The operators have not landed yet, so there is nothing more to show.")
-        print(f"Try it yourself:  export KUBECONFIG={cluster.kubeconfig}; {cluster.kubectl} get nodes")
-        print("Press Ctrl-C to stop the control plane.")
-        stop = threading.Event()
-        signal.signal(signal.SIGINT, lambda *_: stop.set())
-        signal.signal(signal.SIGTERM, lambda *_: stop.set())
-        stop.wait()
-    print("stopped; nothing left running")
+    parser = argparse.ArgumentParser(prog="make demo", description=__doc__)
+    parser.add_argument("--once", action="store_true", help="show, then stop at once (no Ctrl-C needed)")
+    args = parser.parse_args()
+    try:
+        asyncio.run(demo(args.once))
+    except ApiError as error:
+        sys.exit(f"demo failed: {error}")
 
 
 if __name__ == "__main__":

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import json
 import warnings
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
@@ -206,7 +206,7 @@ class Kube:
         label_selector: str = "",
         field_selector: str = "",
         timeout_seconds: int = 300,
-    ) -> AsyncIterator[tuple[str, Obj]]:
+    ) -> AsyncGenerator[tuple[str, Obj]]:
         """One watch request: yields (type, object) until the server closes it."""
         base, _, rest = path.lstrip("/").partition("/")
         params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}

@@ -7,6 +7,7 @@ that read's resourceVersion, so no change between the read and the watch is miss
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
@@ -38,17 +39,20 @@ async def wait_for_object(
             if predicate(last):
                 return last
             version = listing["metadata"]["resourceVersion"]
+            events = kube.watch(
+                resource.path(namespace), resource_version=version, field_selector=f"metadata.name={name}"
+            )
             try:
-                async for kind, obj in kube.watch(
-                    resource.path(namespace), resource_version=version, field_selector=f"metadata.name={name}"
-                ):
-                    if kind == "BOOKMARK":
-                        continue
-                    if kind == "ERROR":
-                        break  # e.g. 410 Gone: list again
-                    last = None if kind == "DELETED" else obj
-                    if predicate(last):
-                        return last
+                # aclosing: returning from inside the loop closes the watch's HTTP stream now, not at GC.
+                async with contextlib.aclosing(events):
+                    async for kind, obj in events:
+                        if kind == "BOOKMARK":
+                            continue
+                        if kind == "ERROR":
+                            break  # e.g. 410 Gone: list again
+                        last = None if kind == "DELETED" else obj
+                        if predicate(last):
+                            return last
             except ApiError as error:
                 if error.status != 410:
                     raise

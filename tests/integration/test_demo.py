@@ -1,0 +1,33 @@
+"""``make demo`` keeps working: run it once, end to end, on its own control plane."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+from hack.devcluster import ROOT
+
+
+def test_the_demo_shows_a_tenant_and_a_hoster_what_they_need() -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "hack.demo", "--once"],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    for expected in (
+        "WHAT A TENANT SEES",
+        "ResourceNameConflict",  # h200-premium
+        "NotPermitted",  # rtx4090
+        "Published",  # attachments with their addresses
+        "ExclusivityConflict",  # vm1-whole loses the VM's pod to vm1-ssh
+        "WHAT A HOSTER SEES",
+        "cozystack_gpuclass_free",
+        "endpointattachment_pool_addresses",
+        "nothing left running",
+    ):
+        assert expected in output, f"{expected!r} missing from the demo:\n{output[-4000:]}"
