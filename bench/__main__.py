@@ -1,14 +1,42 @@
 """make bench: every benchmark, each printing its figures as ratios against a baseline from the same run.
 
-The benchmarks arrive with the operators (bench/gpuclass, bench/endpointattachment).
+    python -m bench                  every benchmark with its defaults
+    python -m bench NAME [ARGS...]   one benchmark; ARGS go to it (python -m bench gpuclass --help)
+
+The exit status is 0 when every benchmark met its targets, 1 when one missed (or failed).
 """
 
 from __future__ import annotations
 
+import sys
+from collections.abc import Callable, Sequence
 
-def main() -> None:
-    print("no benchmarks yet: they arrive with the operators (bench/gpuclass, bench/endpointattachment)")
+from bench import gpuclass
+
+# Each benchmark is a main(argv) -> exit status. The EndpointAttachment one joins here with its
+# operator's benchmark: "endpointattachment": endpointattachment.main.
+BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
+    "gpuclass": gpuclass.main,
+}
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = list(sys.argv[1:] if argv is None else argv)
+    if args and args[0] in ("-h", "--help"):
+        print(__doc__)
+        print(f"benchmarks: {', '.join(BENCHMARKS)}")
+        return 0
+    if args:
+        name, rest = args[0], args[1:]
+        if name not in BENCHMARKS:
+            print(f"no benchmark {name!r}; there are: {', '.join(BENCHMARKS)}", file=sys.stderr)
+            return 2
+        return BENCHMARKS[name](rest)
+    status = 0
+    for run in BENCHMARKS.values():
+        status = max(status, run([]))
+    return status
 
 
 if __name__ == "__main__":
-    main()
+    raise SystemExit(main())

@@ -22,6 +22,7 @@ import asyncio
 import contextlib
 import logging
 import time
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -36,7 +37,7 @@ from operators.gpuclass.metrics import Metrics
 from operators.gpuclass.settings import Settings
 from shared.conditions import rfc3339, status_patch
 from shared.events import post_event
-from shared.kube import ApiError, Kube, Obj, Resource
+from shared.kube import NODES, PODS, ApiError, Kube, Obj, Resource
 from shared.operator import Telemetry, add_login, kopf_settings
 
 log = logging.getLogger("gpuclass")
@@ -49,6 +50,7 @@ COMPONENT = "cozystack-gpuclass-operator"
 # EndpointAttachment operator (the handlers here are event handlers, which write none of them).
 KOPF_FINALIZER = "gpuclass.operator.cozystack.io/kopf"
 STORAGE_PREFIX = "gpuclass.operator.cozystack.io"
+STATUS_WRITE_CONCURRENCY = 8
 # Consecutive passes cover every class at once, so they are linked under one key, not per object.
 PASS_LINK_KEY = "gpuclass/all-classes"
 
@@ -69,6 +71,13 @@ class State:
     passes: int = 0
     writes: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # The initial listing: how many Nodes, Pods and classes existed at start-up, and how many of each
+    # kopf has delivered since (events of type None). None until counted.
+    expected: dict[str, int] | None = None
+    listed: Counter[str] = field(default_factory=Counter)
+
+    def listing_done(self) -> bool:
+        return self.expected is not None and all(self.listed[k] >= n for k, n in self.expected.items())
 
 
 def operator_settings() -> kopf.OperatorSettings:
@@ -83,6 +92,12 @@ def build_registry(state: State) -> kopf.OperatorRegistry:
     async def startup(**_: Any) -> None:
         state.kube = await Kube.connect(state.settings.kubeconfig)
         state.kube.tracer = state.telemetry.tracing.tracer
+        # Counted before kopf starts listing, so the first pass can wait for the whole inventory.
+        state.expected = {
+            "nodes": await state.kube.count(NODES.path()),
+            "pods": await state.kube.count(PODS.path()),
+            "classes": await state.kube.count(GPUCLASSES.path()),
+        }
         state.tasks = [
             asyncio.create_task(pass_loop(state), name="gpuclass-passes"),
             asyncio.create_task(state.telemetry.liveness.heartbeat(), name="gpuclass-heartbeat"),
@@ -96,6 +111,7 @@ def build_registry(state: State) -> kopf.OperatorRegistry:
     @kopf.on.event("", "v1", "nodes", registry=registry)
     async def node_event(event: kopf.RawEvent, **_: Any) -> None:
         state.telemetry.reconciles.event_seen()
+        state.listed["nodes"] += event["type"] is None
         node = event["object"]
         if event["type"] == "DELETED":
             changed = state.inventory.delete_node(node["metadata"]["name"])
@@ -107,6 +123,7 @@ def build_registry(state: State) -> kopf.OperatorRegistry:
     @kopf.on.event("", "v1", "pods", registry=registry)
     async def pod_event(event: kopf.RawEvent, **_: Any) -> None:
         state.telemetry.reconciles.event_seen()
+        state.listed["pods"] += event["type"] is None
         pod = event["object"]
         if event["type"] == "DELETED":
             changed = state.inventory.delete_pod(pod_key(pod))
@@ -118,6 +135,7 @@ def build_registry(state: State) -> kopf.OperatorRegistry:
     @kopf.on.event(GROUP, VERSION, PLURAL, registry=registry)
     async def class_event(event: kopf.RawEvent, **_: Any) -> None:
         state.telemetry.reconciles.event_seen()
+        state.listed["classes"] += event["type"] is None
         obj = event["object"]
         name = obj["metadata"]["name"]
         if event["type"] == "DELETED":
@@ -129,10 +147,27 @@ def build_registry(state: State) -> kopf.OperatorRegistry:
     return registry
 
 
+async def initial_listing(state: State) -> None:
+    """Wait until kopf has delivered every object that existed at start-up (bounded): a first pass
+    over half an inventory would publish wrong free units, and Events for transitions that never were.
+    Objects deleted meanwhile are never delivered, hence the bound."""
+    deadline = asyncio.get_running_loop().time() + state.settings.initial_listing_timeout_seconds
+    while not state.listing_done() and asyncio.get_running_loop().time() < deadline:
+        state.wake.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(state.wake.wait(), timeout=1.0)
+    if not state.listing_done():
+        log.warning(
+            "initial listing incomplete (%s of %s); passing anyway", dict(state.listed), state.expected
+        )
+    state.wake.set()
+
+
 async def pass_loop(state: State) -> None:
     """Coalesce wake-ups into passes; never exits on an error."""
     settings = state.settings
     loop = asyncio.get_running_loop()
+    await initial_listing(state)
     while True:
         with contextlib.suppress(TimeoutError):  # a timeout is the periodic KubeVirt recheck
             await asyncio.wait_for(state.wake.wait(), timeout=settings.kubevirt_recheck_seconds)
@@ -178,10 +213,20 @@ async def run_pass(state: State) -> dict[str, ClassDecision]:
             decisions = decide(classes, state.inventory, kubevirt_view)
             report.span.set_attribute("gpuclass.classes", len(decisions))
             report.reasons = sorted({c.reason for d in decisions.values() for c in d.status.conditions})
-            for obj in classes:
-                decision = decisions.get(obj["metadata"]["name"])
-                if decision is not None:
+            # Writes go out concurrently (bounded): during churn a pass is as slow as its writes.
+            writes = asyncio.Semaphore(STATUS_WRITE_CONCURRENCY)
+
+            async def store(obj: Obj, decision: ClassDecision) -> None:
+                async with writes:
                     await _store(state, obj, decision, rfc3339(now))
+
+            await asyncio.gather(
+                *(
+                    store(obj, decisions[obj["metadata"]["name"]])
+                    for obj in classes
+                    if obj["metadata"]["name"] in decisions
+                )
+            )
             state.metrics.classes.decisions = decisions
             result = report.outcome
             return decisions

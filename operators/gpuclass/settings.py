@@ -30,6 +30,8 @@ class Settings:
     max_delay_seconds: float = 5.0
     # The KubeVirt CR is read, never watched: a pass runs at least this often to pick up its changes.
     kubevirt_recheck_seconds: float = 60.0
+    # The first pass waits for kopf's initial listing of every Node, Pod and class, at most this long.
+    initial_listing_timeout_seconds: float = 120.0
     # Namespace for Events about classes (cluster-scoped objects have none of their own).
     events_namespace: str = "default"
 

@@ -1,0 +1,78 @@
+"""The GPUClass benchmark: ``python -m bench gpuclass`` (or ``python -m bench.gpuclass``).
+
+Two scenarios, one table. *pure*: the pure core in process on 5,000 nodes and 150,000 pods (a full
+pass, one pod event, the aggregates' memory) against a naive recomputation and ``json.loads``.
+*live*: the operator as a subprocess on the local control plane under GPU pod churn (convergence
+after the last change, status writes while nothing changes). Targets live here, never in tests;
+the exit status is 1 when a figure misses its target.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from collections.abc import Sequence
+
+from bench.gpuclass import live, pure
+from bench.gpuclass.report import Row, render
+from bench.gpuclass.world import WorldSpec
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m bench gpuclass", description=__doc__)
+    parser.add_argument("--scenario", choices=("all", "pure", "live"), default="all")
+    parser.add_argument("--pass-runs", type=int, default=50, help="passes timed (median)")
+    parser.add_argument("--naive-runs", type=int, default=3, help="naive passes timed (median)")
+    parser.add_argument("--event-pods", type=int, default=4_000, help="pods drawn for events (two each)")
+    parser.add_argument(
+        "--no-kubevirt-variant",
+        action="store_true",
+        help="skip the memory of a world whose VMs without GPU ask for devices.kubevirt.io/*",
+    )
+    parser.add_argument("--pods", type=int, default=2_000, help="live: GPU pods created before the churn")
+    parser.add_argument("--churn-rounds", type=int, default=3, help="live: rounds of churn")
+    parser.add_argument("--concurrency", type=int, default=16, help="live: API calls in flight")
+    parser.add_argument(
+        "--quiet-seconds", type=float, default=60.0, help="live: time without changes to count writes over"
+    )
+    args = parser.parse_args(argv)
+
+    started = time.perf_counter()
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    rows: list[Row] = []
+    notes: list[str] = []
+    if args.scenario in ("all", "pure"):
+        options = pure.PureOptions(
+            world=WorldSpec(),
+            pass_runs=args.pass_runs,
+            naive_runs=args.naive_runs,
+            event_pods=args.event_pods,
+            kubevirt_variant=not args.no_kubevirt_variant,
+        )
+        result = pure.run(options, say)
+        rows += result.rows
+        notes += result.notes
+    if args.scenario in ("all", "live"):
+        live_result = live.run(
+            live.LiveOptions(
+                pods=args.pods,
+                churn_rounds=args.churn_rounds,
+                concurrency=args.concurrency,
+                quiet_seconds=args.quiet_seconds,
+            ),
+            say,
+        )
+        rows += live_result.rows
+        notes += live_result.notes
+    missed = [row.figure.strip() for row in rows if row.met is False]
+    notes.append(
+        f"{len(missed)} of {sum(r.met is not None for r in rows)} targets missed"
+        + (f": {'; '.join(missed)}" if missed else "")
+    )
+    notes.append(f"took {time.perf_counter() - started:.0f}s")
+    print(render("GPUClass benchmark", rows, notes), flush=True)
+    return 1 if missed else 0

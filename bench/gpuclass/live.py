@@ -1,0 +1,554 @@
+"""Scenario 2: the operator as a subprocess on the local control plane, under GPU pod churn.
+
+The benchmark plays the kubelet and the scheduler through the API: it creates GPU Nodes (status with
+Ready and allocatable), the GPUClass and KubeVirt CRDs, a KubeVirt CR and the classes, then virt-launcher
+pods bound to nodes with room, and churns them in rounds (VMs start, stop, are deleted, new ones are
+created; every pod changes at most once a round, and a round's changes run concurrently under a
+semaphore). It then makes one last change, chosen so that the expected status moves, and reports:
+
+* convergence: the time from that last change until the status.freeUnits of every class, polled
+  from the API, equals what the pure core computes from the final Nodes, Pods, classes and KubeVirt
+  CR as listed from the API (with a deadline; the poll interval is the only sleep);
+* quiet: the number of status writes while nothing changes (MODIFIED events of a watch on
+  gpuclasses, and classes whose resourceVersion moved), over a set time in which the operator's
+  periodic recheck runs several passes.
+
+Baseline for the ratio: a naive operator's pass, i.e. listing every Node, Pod and class from the API
+and deciding from scratch, timed in the same run. The operator runs with the admin kubeconfig (its
+RBAC is tested elsewhere).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import random
+import shutil
+import time
+from collections.abc import Awaitable, Callable, Iterable, Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, TypeVar
+
+from bench.gpuclass.report import Row, seconds, times
+from bench.gpuclass.world import (
+    GpuResource,
+    class_objects,
+    gpu_resources,
+    kubevirt_cr,
+    launcher_manifest,
+    node_name,
+    node_object,
+)
+from hack.devcluster import ClusterInfo, LocalControlPlane
+from operators.gpuclass.decide import ClassDecision, decide
+from operators.gpuclass.inventory import Inventory, pod_key
+from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled
+from shared.kube import NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj, Resource
+from tests.support.manifests import apply_all, load
+from tests.support.operators import RunningOperator, operator_process
+from tests.support.waiting import wait_for_object
+
+T = TypeVar("T")
+
+GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
+KUBEVIRTS = Resource("kubevirt.io/v1", "kubevirts")
+KUBEVIRT_NAMESPACE = "cozy-kubevirt"
+NAMESPACE = "bench-gpuclass"
+QUIET_WRITES_TARGET = 0
+POLL_SECONDS = 0.05  # the poll interval while waiting for convergence (bounded by a deadline)
+
+
+@dataclass(frozen=True)
+class LiveOptions:
+    nodes: int = 100
+    resources: int = 8
+    classes: int = 16
+    pods: int = 2_000
+    churn_rounds: int = 3
+    concurrency: int = 16
+    quiet_seconds: float = 60.0
+    converge_timeout: float = 180.0
+    recheck_seconds: float = 10.0  # the operator's periodic pass: several run in the quiet period
+    seed: int = 11
+
+
+@dataclass(frozen=True)
+class LiveResult:
+    rows: list[Row]
+    notes: list[str]
+
+
+@dataclass
+class NodeRoom:
+    name: str
+    resource: GpuResource
+    room: int
+
+
+@dataclass
+class LivePod:
+    name: str
+    node: NodeRoom | None
+    amount: int
+    phase: str = "Pending"
+
+
+@dataclass
+class Churn:
+    """What the benchmark believes the cluster holds, and how much it changed it."""
+
+    rng: random.Random
+    nodes: list[NodeRoom]
+    pods: dict[str, LivePod] = field(default_factory=dict)
+    changes: int = 0
+    created: int = 0
+    vm_serial: int = 0
+
+
+def run(options: LiveOptions, say: Callable[[str], None]) -> LiveResult:
+    say("live: starting the local control plane")
+    control_plane = LocalControlPlane()
+    with control_plane as cluster:
+        say(f"live: control plane ready in {cluster.ready_seconds or 0:.1f}s")
+        log_path = control_plane.dir / "gpuclass-operator.log"
+        try:
+            result = asyncio.run(_run(options, cluster, log_path, say))
+        except BaseException:
+            say(f"live: failed; the control plane's files and the operator log stay in {control_plane.dir}")
+            raise
+    shutil.rmtree(control_plane.dir, ignore_errors=True)
+    return result
+
+
+async def _run(
+    options: LiveOptions, cluster: ClusterInfo, log_path: Path, say: Callable[[str], None]
+) -> LiveResult:
+    kube = await Kube.connect(cluster.kubeconfig)
+    rng = random.Random(options.seed)
+    resources = gpu_resources(options.resources)
+    await _install(kube, resources)
+    args = [
+        f"--kubevirt-recheck-seconds={options.recheck_seconds}",
+        f"--kubevirt-namespace={KUBEVIRT_NAMESPACE}",
+    ]
+    async with operator_process("operators.gpuclass", cluster.kubeconfig, args, log_path) as operator:
+        say(f"live: creating {options.nodes} GPU nodes and {options.classes} classes")
+        churn = Churn(rng, await _create_nodes(kube, rng, resources, options))
+        for gpu_class in class_objects(rng, resources, options.classes):  # oldest first
+            metadata = {"name": gpu_class["metadata"]["name"]}
+            await kube.create(GPUCLASSES.path(), {**gpu_class, "metadata": metadata})
+
+        writes = WriteCounter(kube)
+        await writes.start()
+        cpu_before = _cpu_seconds(operator)
+        limit = asyncio.Semaphore(options.concurrency)
+        started = time.perf_counter()
+        say(f"live: creating {options.pods:,} GPU pods, then {options.churn_rounds} rounds of churn")
+        await _gather(limit, [_create_pod(kube, churn) for _ in range(options.pods)])
+        for _ in range(options.churn_rounds):
+            await _gather(limit, _churn_round(kube, churn))
+        churn_seconds = time.perf_counter() - started
+
+        say("live: one last change, then waiting for the status to converge")
+        observed = await _observe(kube)
+        final_pod, expected = _last_change(observed)
+        metadata = final_pod["metadata"]
+        await kube.delete(PODS.path(metadata["namespace"], metadata["name"]), grace_period_seconds=0)
+        churn.changes += 1
+        last_change = time.perf_counter()
+        converged = await _converge(kube, expected, options.converge_timeout, operator)
+        converge_seconds = converged - last_change
+        operator_cpu = _cpu_seconds(operator) - cpu_before
+        writes_during_churn = await writes.stop()
+        final = await _observe(kube)
+        assert final.decisions == expected, "the pure core's decisions moved after the last change"
+        status_ok = await _status_matches(kube, expected)
+        before = await operator.scrape()
+
+        say(f"live: {options.quiet_seconds:.0f}s without changes, counting status writes")
+        quiet_writes, moved = await _quiet(kube, options.quiet_seconds)
+        after = await operator.scrape()
+        rss = _rss_bytes(operator)
+        _check_operator(operator)
+
+    count, total = (
+        "cozystack_gpuclass_pass_duration_seconds_count",
+        "cozystack_gpuclass_pass_duration_seconds_sum",
+    )
+    passes_total = after.get((count, ()), 0.0)
+    pass_sum = after.get((total, ()), 0.0)
+    quiet_passes = passes_total - before.get((count, ()), 0.0)
+    quiet_pass_sum = pass_sum - before.get((total, ()), 0.0)
+    errors = sum(v for (name, _), v in after.items() if name == "cozystack_gpuclass_pass_errors_total")
+    rows = [
+        Row(
+            "live: status converged after the last change",
+            seconds(converge_seconds),
+            ratio=f"this ÷ naive relist-and-decide ({seconds(observed.seconds)}) = "
+            f"{times(converge_seconds / observed.seconds)}",
+        ),
+        Row(
+            "  status then equals the pure core's (+ maxFreeUnitsPerNode, conditions)",
+            "yes" if status_ok else "no",
+            "yes",
+            status_ok,
+        ),
+        Row(
+            f"live: status writes in {options.quiet_seconds:.0f}s of no change (watch MODIFIED)",
+            str(quiet_writes),
+            f"= {QUIET_WRITES_TARGET}",
+            quiet_writes <= QUIET_WRITES_TARGET,
+            f"over {quiet_passes:.0f} passes",
+        ),
+        Row(
+            "  classes whose resourceVersion moved in that time",
+            str(moved),
+            f"= {QUIET_WRITES_TARGET}",
+            moved <= QUIET_WRITES_TARGET,
+        ),
+        Row(
+            f"context: churn, {churn.changes:,} pod changes ({churn.created:,} creations)",
+            seconds(churn_seconds),
+            ratio=f"{churn.changes / churn_seconds:,.0f} changes/s",
+        ),
+        Row(
+            "context: status writes from the first pod to convergence",
+            str(writes_during_churn),
+            ratio=f"{options.classes} classes",
+        ),
+        Row(
+            "context: operator pass, mean of its own histogram (whole run)",
+            seconds(pass_sum / passes_total) if passes_total else "-",
+            ratio=f"{passes_total:.0f} passes, {errors:.0f} errors",
+        ),
+        Row(
+            "context: operator pass while quiet (KubeVirt read, decide, no writes)",
+            seconds(quiet_pass_sum / quiet_passes) if quiet_passes else "-",
+            ratio=f"mean of {quiet_passes:.0f}",
+        ),
+        Row(
+            "context: operator CPU from the first pod to convergence",
+            seconds(operator_cpu),
+            ratio=f"{seconds(operator_cpu / churn.changes)} per pod change",
+        ),
+        Row("context: operator resident memory at the end", f"{rss / 1e6:.0f} MB" if rss else "-"),
+    ]
+    notes = [
+        f"live: {options.nodes} GPU nodes, {options.classes} classes over {options.resources} names, "
+        f"{options.concurrency} API calls in flight; operator debounce at its default, "
+        f"recheck every {options.recheck_seconds:.0f}s",
+    ]
+    return LiveResult(rows, notes)
+
+
+# --- setting up -------------------------------------------------------------------------------
+
+
+async def _install(kube: Kube, resources: list[GpuResource]) -> None:
+    permitted = [r for i, r in enumerate(resources) if i % 4 != 3]
+    cr = kubevirt_cr([r.name for r in permitted if not r.vgpu], [r.name for r in permitted if r.vgpu])
+    namespaces = [
+        {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+        for name in (KUBEVIRT_NAMESPACE, NAMESPACE)
+    ]
+    await apply_all(
+        kube,
+        [
+            *load("config/crd/gpu.cozystack.io_gpuclasses.yaml"),
+            *load("tests/fixtures/kubevirt-crd.yaml"),
+            *namespaces,
+        ],
+    )
+    await apply_all(kube, [cr])
+    await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=NAMESPACE)
+
+
+async def _create_nodes(
+    kube: Kube, rng: random.Random, resources: list[GpuResource], options: LiveOptions
+) -> list[NodeRoom]:
+    rooms = []
+    for i in range(options.nodes):
+        resource = resources[i % len(resources)]
+        units = rng.choice((32, 48, 64)) if resource.vgpu else rng.choice((4, 8, 8, 8))
+        built = node_object(rng, node_name(i), resource, units)
+        await _create_node(kube, built)
+        rooms.append(NodeRoom(built["metadata"]["name"], resource, units))
+    return rooms
+
+
+async def _create_node(kube: Kube, built: Mapping[str, Any]) -> None:
+    """Create a Node, then play its kubelet (Ready, allocatable) and the node lifecycle controller
+    (admission taints a new Node not-ready; keep only the built taints)."""
+    name = built["metadata"]["name"]
+    metadata = {"name": name, "labels": built["metadata"]["labels"]}
+    await kube.create(
+        NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": metadata, "spec": built["spec"]}
+    )
+    status = built["status"]
+    await kube.patch(
+        NODES.path(name=name) + "/status",
+        {
+            "status": {
+                "conditions": status["conditions"],
+                "capacity": status["capacity"],
+                "allocatable": status["allocatable"],
+            }
+        },
+        kind="merge",
+    )
+    await kube.patch(NODES.path(name=name), {"spec": {"taints": built["spec"].get("taints")}}, kind="merge")
+
+
+# --- churn --------------------------------------------------------------------------------------
+
+
+async def _gather(limit: asyncio.Semaphore, work: Iterable[Awaitable[T]]) -> list[T]:
+    async def bounded(item: Awaitable[T]) -> T:
+        async with limit:
+            return await item
+
+    return await asyncio.gather(*(bounded(item) for item in work))
+
+
+def _place(churn: Churn) -> tuple[GpuResource, NodeRoom | None, int]:
+    """What the next VM asks for, and the node a scheduler would bind it to (None: none has room)."""
+    rng = churn.rng
+    node = rng.choice(churn.nodes)
+    resource = node.resource
+    amount = rng.choices([a for a, _ in resource.amounts], [w for _, w in resource.amounts])[0]
+    candidates = [n for n in churn.nodes if n.resource == resource and n.room >= amount]
+    if not candidates:
+        return resource, None, amount
+    chosen = rng.choice(candidates)
+    chosen.room -= amount
+    return resource, chosen, amount
+
+
+async def _create_pod(kube: Kube, churn: Churn) -> None:
+    """A new VM's pod, bound where there is room; its kubelet starts most pods at once."""
+    resource, node, amount = _place(churn)
+    churn.vm_serial += 1
+    vm = f"vm-{churn.vm_serial}"
+    start = churn.rng.random() < 0.85 and node is not None
+    created = await kube.create(
+        PODS.path(NAMESPACE), launcher_manifest(vm, resource.name, amount, node.name if node else None)
+    )
+    name = created["metadata"]["name"]
+    pod = churn.pods[name] = LivePod(name, node, amount)
+    churn.changes += 1
+    churn.created += 1
+    if start:
+        await _set_phase(kube, churn, pod, "Running")
+
+
+async def _set_phase(kube: Kube, churn: Churn, pod: LivePod, phase: str) -> None:
+    await kube.patch(PODS.path(NAMESPACE, pod.name) + "/status", {"status": {"phase": phase}}, kind="merge")
+    if phase in ("Succeeded", "Failed") and pod.node is not None:
+        pod.node.room += pod.amount
+    pod.phase = phase
+    churn.changes += 1
+
+
+async def _delete_pod(kube: Kube, churn: Churn, pod: LivePod) -> None:
+    await kube.delete(PODS.path(NAMESPACE, pod.name), grace_period_seconds=0)
+    if pod.phase not in ("Succeeded", "Failed") and pod.node is not None:
+        pod.node.room += pod.amount
+    del churn.pods[pod.name]
+    churn.changes += 1
+
+
+def _churn_round(kube: Kube, churn: Churn) -> list[Awaitable[None]]:
+    """One round: each pod changes at most once; as many new VMs are created as pods are deleted."""
+    rng = churn.rng
+    work: list[Awaitable[None]] = []
+    deleted = 0
+    for pod in list(churn.pods.values()):
+        roll = rng.random()
+        if pod.phase in ("Succeeded", "Failed"):
+            work.append(_delete_pod(kube, churn, pod))  # virt-controller cleans up a stopped VM's pod
+            deleted += 1
+        elif pod.phase == "Pending" and pod.node is not None and roll < 0.6:
+            work.append(_set_phase(kube, churn, pod, "Running"))
+        elif pod.phase == "Running" and roll < 0.10:
+            work.append(_set_phase(kube, churn, pod, "Succeeded" if roll < 0.08 else "Failed"))
+        elif roll > 0.92:
+            work.append(_delete_pod(kube, churn, pod))  # the VM is deleted
+            deleted += 1
+    work += [_create_pod(kube, churn) for _ in range(deleted)]
+    return work
+
+
+# --- what the status should be ------------------------------------------------------------------
+
+
+@dataclass
+class Observed:
+    """Everything listed from the API at one moment, and the pure core's decisions from it."""
+
+    seconds: float  # listing and deciding: a naive operator's pass
+    pods: list[Obj]
+    classes: list[Obj]
+    view: KubeVirtView
+    inventory: Inventory
+    decisions: dict[str, ClassDecision]
+
+
+async def _observe(kube: Kube) -> Observed:
+    started = time.perf_counter()
+    nodes, pods, classes, view = await asyncio.gather(
+        kube.list(NODES.path()), kube.list(PODS.path()), kube.list(GPUCLASSES.path()), _kubevirt_view(kube)
+    )
+    inventory = Inventory()
+    for node in nodes["items"]:
+        inventory.upsert_node(node)
+    for pod in pods["items"]:
+        inventory.upsert_pod(pod)
+    decisions = decide(classes["items"], inventory, view)
+    return Observed(
+        time.perf_counter() - started, pods["items"], classes["items"], view, inventory, decisions
+    )
+
+
+async def _kubevirt_view(kube: Kube) -> KubeVirtView:
+    cr = await kube.get(KUBEVIRTS.path(KUBEVIRT_NAMESPACE, "kubevirt"))
+    return NotInstalled() if cr is None else Found(cr)
+
+
+def _last_change(observed: Observed) -> tuple[Obj, dict[str, ClassDecision]]:
+    """A running pod whose deletion moves some class's freeUnits, and the decisions once it is gone."""
+    inventory = observed.inventory
+    for pod in observed.pods:
+        if (pod.get("status") or {}).get("phase") != "Running" or not pod["spec"].get("nodeName"):
+            continue
+        inventory.delete_pod(pod_key(pod))
+        after = decide(observed.classes, inventory, observed.view)
+        if _free(after) != _free(observed.decisions):
+            return pod, after
+        inventory.upsert_pod(pod)
+    raise AssertionError("no running pod whose deletion changes a class's freeUnits")
+
+
+def _free(decisions: Mapping[str, ClassDecision]) -> dict[str, int]:
+    return {name: d.status.free_units for name, d in decisions.items()}
+
+
+async def _converge(
+    kube: Kube, expected: Mapping[str, ClassDecision], within: float, operator: RunningOperator
+) -> float:
+    """The moment a poll first sees every class's freeUnits as expected; fails after ``within`` s."""
+    want = _free(expected)
+    deadline = time.perf_counter() + within
+    seen: dict[str, int | None] = {}
+    while time.perf_counter() < deadline:
+        listed = await kube.list(GPUCLASSES.path())
+        seen = {c["metadata"]["name"]: (c.get("status") or {}).get("freeUnits") for c in listed["items"]}
+        if seen == want:
+            return time.perf_counter()
+        await asyncio.sleep(POLL_SECONDS)  # the poll interval of a bounded poll
+    wrong = {name: (seen.get(name), free) for name, free in want.items() if seen.get(name) != free}
+    raise AssertionError(
+        f"freeUnits not converged in {within}s; (seen, expected): {wrong}\n{operator.log_tail(40)}"
+    )
+
+
+async def _status_matches(kube: Kube, expected: Mapping[str, ClassDecision]) -> bool:
+    """Every class's stored status says what the decision says (ignoring transition times)."""
+    listed = {c["metadata"]["name"]: c for c in (await kube.list(GPUCLASSES.path()))["items"]}
+    for name, decision in expected.items():
+        status = listed[name].get("status") or {}
+        fields = {k: status.get(k) for k in decision.status.fields()}
+        conditions = {
+            (c["type"], c["status"], c["reason"], c["message"]) for c in status.get("conditions") or []
+        }
+        wanted = {(c.type, c.status, c.reason, c.message) for c in decision.status.conditions}
+        if fields != decision.status.fields() or conditions != wanted:
+            return False
+    return True
+
+
+# --- counting writes ----------------------------------------------------------------------------
+
+
+class WriteCounter:
+    """Counts MODIFIED events of gpuclasses from ``start`` to ``stop``, resuming a closed watch from
+    the last resourceVersion seen (relisting after 410 Gone)."""
+
+    def __init__(self, kube: Kube) -> None:
+        self.kube = kube
+        self.modified = 0
+        self.task: asyncio.Task[None] | None = None
+
+    async def start(self, version: str | None = None) -> None:
+        """Count from ``version`` (a list's resourceVersion), else from a list made now."""
+        if version is None:
+            version = (await self.kube.list(GPUCLASSES.path()))["metadata"]["resourceVersion"]
+        self.task = asyncio.create_task(self._count(version))
+
+    async def stop(self) -> int:
+        assert self.task is not None
+        self.task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await self.task
+        return self.modified
+
+    async def _count(self, version: str) -> None:
+        while True:
+            try:
+                async for kind, obj in self.kube.watch(GPUCLASSES.path(), resource_version=version):
+                    if kind == "ERROR":
+                        raise ApiError(int(obj.get("code", 0)), str(obj.get("reason", "")), "watch error")
+                    version = obj["metadata"]["resourceVersion"]
+                    if kind == "MODIFIED":
+                        self.modified += 1
+            except ApiError as error:
+                if error.status != 410:
+                    raise
+                version = (await self.kube.list(GPUCLASSES.path()))["metadata"]["resourceVersion"]
+
+
+async def _quiet(kube: Kube, duration: float) -> tuple[int, int]:
+    """Status writes over ``duration`` with nothing changing: MODIFIED events seen by a watch from
+    the listed resourceVersion, and classes whose resourceVersion differs at the end."""
+    listed = await kube.list(GPUCLASSES.path())
+    versions = {c["metadata"]["name"]: c["metadata"]["resourceVersion"] for c in listed["items"]}
+    counter = WriteCounter(kube)
+    await counter.start(listed["metadata"]["resourceVersion"])
+    await asyncio.sleep(duration)  # the measured quiet period itself, not a wait for an effect
+    modified = await counter.stop()
+    after = await kube.list(GPUCLASSES.path())
+    moved = sum(
+        1 for c in after["items"] if versions.get(c["metadata"]["name"]) != c["metadata"]["resourceVersion"]
+    )
+    return modified, moved
+
+
+# --- the operator process -------------------------------------------------------------------------
+
+
+def _cpu_seconds(operator: RunningOperator) -> float:
+    """User and system CPU time the operator process has used so far."""
+    try:
+        stat = Path(f"/proc/{operator.process.pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _rss_bytes(operator: RunningOperator) -> int:
+    try:
+        status = Path(f"/proc/{operator.process.pid}/status").read_text()
+    except OSError:
+        return 0
+    for line in status.splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) * 1024
+    return 0
+
+
+def _check_operator(operator: RunningOperator) -> None:
+    assert operator.process.returncode is None, f"the operator died:\n{operator.log_tail()}"
+    log = operator.log_path.read_text(errors="replace")
+    assert "Traceback" not in log, f"the operator logged a traceback:\n{operator.log_tail(200)}"

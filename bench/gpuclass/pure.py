@@ -1,0 +1,415 @@
+"""Scenario 1: the pure core in process, on a large synthetic cluster; no server.
+
+Measures, in one run:
+
+* one full pass (``decide`` over every class) from warm aggregates: the median of many passes;
+* one pod watch event into the aggregates (``Inventory.upsert_pod`` on a modified pod): the mean
+  over a mix of GPU and other pods drawn like the cluster's pods are; each pod gets an event that
+  changes its status (for half of the running GPU pods: the VM stopped, its units released) and
+  then one that changes it back (units taken again), so every round leaves the aggregates as found;
+* the aggregates' memory: tracemalloc around building the Inventory from the whole world, with the
+  world generated inside the traced window and dropped before the reading, so only what the
+  Inventory keeps (and nothing the benchmark holds) is counted.
+
+Baselines from the same run, for the ratios: a naive pass that keeps no aggregates (for each class,
+for each node offering its resource, the scheduler's request summed over every pod on that node; it
+must agree with ``decide`` on every class's freeUnits and maxFreeUnitsPerNode, which is asserted),
+and ``json.loads`` of the very watch events fed to the Inventory: the floor any Python operator pays
+per event before its handler runs.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import json
+import random
+import statistics
+import sys
+import time
+import tracemalloc
+import types
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, TypeVar
+
+from bench.gpuclass.report import Row, megabytes, seconds, times
+from bench.gpuclass.world import Obj, World, WorldSpec, build_world, is_gpu_pod, pod_status
+from operators.gpuclass.decide import ClassDecision, decide
+from operators.gpuclass.inventory import Inventory
+from operators.gpuclass.kubevirt import Found
+from operators.gpuclass.quantity import parse_value
+from operators.gpuclass.scheduling import bound_node, eligible, parse_tolerations, pod_request
+from shared.conditions import rfc3339, status_patch
+
+T = TypeVar("T")
+
+# The targets of the brief.
+PASS_TARGET_SECONDS = 20e-3
+EVENT_TARGET_SECONDS = 20e-6
+SPEEDUP_TARGET = 100.0
+MEMORY_TARGET_BYTES = 100e6
+
+
+@dataclass(frozen=True)
+class PureOptions:
+    world: WorldSpec = field(default_factory=WorldSpec)
+    pass_runs: int = 50
+    naive_runs: int = 3
+    event_pods: int = 4_000  # pods sampled for events; each gets two events per round
+    event_rounds: int = 7
+    kubevirt_variant: bool = True  # also measure memory when plain VMs ask for devices.kubevirt.io/*
+
+
+@dataclass(frozen=True)
+class PureResult:
+    rows: list[Row]
+    notes: list[str]
+
+
+def _measure(options: PureOptions, say: Callable[[str], None]) -> PureResult:
+    spec = options.world
+    say(f"pure: generating the world ({spec.nodes:,} nodes, {spec.pods:,} pods)")
+    world = build_world(spec)
+    pods = list(world.pods())
+    say("pure: filling the aggregates under tracemalloc, then again untraced (the warm aggregates)")
+    _, memory = traced_fill(world.nodes, pods)
+    inventory, fill_seconds = fill(world.nodes, pods)
+    view = Found(world.kubevirt_cr)
+
+    say(f"pure: {options.pass_runs} full passes over {len(world.classes)} classes")
+    decisions = decide(world.classes, inventory, view)
+    pass_seconds, _ = median_time(lambda: decide(world.classes, inventory, view), options.pass_runs)
+    glue_seconds = pass_with_status_diff(world.classes, inventory, view, decisions, options.pass_runs)
+
+    say(f"pure: {options.naive_runs} naive passes, checked against decide")
+    naive_seconds, naive = median_time(
+        lambda: naive_pass(world.classes, world.nodes, pods), options.naive_runs
+    )
+    compared = check_naive(decisions, naive)
+
+    say("pure: pod events into the aggregates, and json.loads of the same events")
+    events = sample_events(world, pods, options.event_pods)
+    gpu_names = frozenset(r.name for r in world.resources)
+    gpu_events = [e for e in events if is_gpu_pod(e, gpu_names)]
+    plain_events = [e for e in events if not is_gpu_pod(e, gpu_names)]
+    event_seconds = event_time(inventory, events, options.event_rounds)
+    gpu_event_seconds = event_time(inventory, gpu_events, options.event_rounds)
+    plain_event_seconds = event_time(inventory, plain_events, options.event_rounds)
+    texts = [json.dumps({"type": "MODIFIED", "object": e}, separators=(",", ":")) for e in events]
+    loads_seconds = loads_time(texts, options.event_rounds)
+    after = decide(world.classes, inventory, view)
+    assert after == decisions, "a round of events and their reversals changed the decisions"
+
+    rows = [
+        Row(
+            f"full pass over {len(world.classes)} classes, warm aggregates (median of {options.pass_runs})",
+            seconds(pass_seconds),
+            f"≤ {seconds(PASS_TARGET_SECONDS)}",
+            pass_seconds <= PASS_TARGET_SECONDS,
+            f"naive ÷ this = {times(naive_seconds / pass_seconds)}; "
+            f"this = {times(pass_seconds / loads_seconds)} json.loads of one event",
+        ),
+        Row(
+            "  speed-up of the pass over the naive pass",
+            times(naive_seconds / pass_seconds),
+            f"≥ {times(SPEEDUP_TARGET)}",
+            naive_seconds / pass_seconds >= SPEEDUP_TARGET,
+        ),
+        Row(
+            f"pod event into aggregates, mean ({len(events):,} events a round, {len(gpu_events):,} GPU)",
+            seconds(event_seconds),
+            f"≤ {seconds(EVENT_TARGET_SECONDS)}",
+            event_seconds <= EVENT_TARGET_SECONDS,
+            f"this ÷ json.loads = {times(event_seconds / loads_seconds)}; "
+            f"naive pass ÷ this = {times(naive_seconds / event_seconds)}",
+        ),
+        Row(
+            "  of which GPU pods (half release, then retake units)",
+            seconds(gpu_event_seconds),
+            ratio=f"this ÷ json.loads = {times(gpu_event_seconds / loads_seconds)}",
+        ),
+        Row(
+            "  of which cpu/memory-only pods",
+            seconds(plain_event_seconds),
+            ratio=f"this ÷ json.loads = {times(plain_event_seconds / loads_seconds)}",
+        ),
+        Row(
+            f"aggregates' memory (tracemalloc; {memory.tracked_pods:,} pods hold units)",
+            megabytes(memory.total),
+            f"≤ {megabytes(MEMORY_TARGET_BYTES)}",
+            memory.total <= MEMORY_TARGET_BYTES,
+            f"{memory.total / max(memory.tracked_pods, 1):,.0f} B per tracked pod "
+            f"({megabytes(memory.referenced)} of it strings of the objects fed)",
+        ),
+        Row("baseline: naive pass, recomputed from every pod", seconds(naive_seconds)),
+        Row(
+            f"baseline: json.loads of one pod watch event (mean of {sum(map(len, texts)) // len(texts):,} B)",
+            seconds(loads_seconds),
+        ),
+        Row(
+            "context: pass + status diff of every class (nothing to write)",
+            seconds(glue_seconds),
+            ratio=f"naive ÷ this = {times(naive_seconds / glue_seconds)}",
+        ),
+        Row(
+            f"context: initial fill, {len(world.nodes):,} nodes + {len(pods):,} pods",
+            seconds(fill_seconds),
+            ratio=f"{seconds(fill_seconds / (len(pods) + len(world.nodes)))} per object",
+        ),
+    ]
+    notes = [
+        f"naive pass and decide agree on freeUnits and maxFreeUnitsPerNode of all {compared} classes",
+    ]
+    return PureResult(rows, notes)
+
+
+def run(options: PureOptions, say: Callable[[str], None]) -> PureResult:
+    result = _measure(options, say)  # its world is gone before the next one is built
+    if options.kubevirt_variant:
+        spec = options.world
+        say("pure: memory again, with plain VM pods asking for devices.kubevirt.io/* as on real KubeVirt")
+        variant = build_world(dataclasses.replace(spec, kubevirt_devices_on_plain_vms=True))
+        _, kv = traced_fill(variant.nodes, list(variant.pods()))
+        result.rows.append(
+            Row(
+                f"context: memory if VMs without GPU ask for KubeVirt devices ({kv.tracked_pods:,} tracked)",
+                megabytes(kv.total),
+                ratio=f"{kv.total / max(kv.tracked_pods, 1):,.0f} B per tracked pod",
+            )
+        )
+    return result
+
+
+# --- the measured pieces --------------------------------------------------------------------------
+
+
+def fill(nodes: Iterable[Mapping[str, Any]], pods: Iterable[Mapping[str, Any]]) -> tuple[Inventory, float]:
+    inventory = Inventory()
+    started = time.perf_counter()
+    for node in nodes:
+        inventory.upsert_node(node)
+    for pod in pods:
+        inventory.upsert_pod(pod)
+    return inventory, time.perf_counter() - started
+
+
+@dataclass(frozen=True)
+class Memory:
+    traced: int  # allocated while building and still alive after it
+    referenced: int  # older objects (strings of the pods and nodes fed) the inventory holds on to
+    tracked_pods: int
+
+    @property
+    def total(self) -> int:
+        return self.traced + self.referenced
+
+
+def traced_fill(nodes: Sequence[Obj], pods: Iterable[Obj]) -> tuple[Inventory, Memory]:
+    """Fill an Inventory under tracemalloc: what the filling allocated and is still alive, plus what
+    the Inventory references among objects that existed before (the UID, node and resource name
+    strings of the objects fed, which a decoded watch event would have allocated just for it)."""
+    gc.collect()
+    tracemalloc.start()
+    try:
+        before = tracemalloc.get_traced_memory()[0]
+        inventory, _ = fill(nodes, pods)
+        gc.collect()
+        traced = tracemalloc.get_traced_memory()[0] - before
+        referenced = sum(
+            sys.getsizeof(obj)
+            for obj in reachable(inventory)
+            if tracemalloc.get_object_traceback(obj) is None
+        )
+    finally:
+        tracemalloc.stop()
+    return inventory, Memory(traced, referenced, inventory.tracked_pods())
+
+
+def reachable(root: object) -> Iterator[object]:
+    """Every object reachable from ``root`` through containers and instances, once; types, modules
+    and functions (shared by the whole process) are not followed."""
+    seen = {id(root)}
+    stack = [root]
+    while stack:
+        obj = stack.pop()
+        yield obj
+        for child in gc.get_referents(obj):
+            if id(child) in seen or isinstance(child, type | types.ModuleType | types.FunctionType):
+                continue
+            seen.add(id(child))
+            stack.append(child)
+
+
+def median_time(action: Callable[[], T], runs: int) -> tuple[float, T]:
+    """The median duration of ``runs`` calls, and the last result. The collector is off while
+    timing, as ``timeit`` has it: the benchmark's own 150,000 pods would otherwise make every full
+    collection cost what the operator (which keeps no pods) never pays."""
+    durations = []
+    with collector_off():
+        for _ in range(runs):
+            started = time.perf_counter()
+            result = action()
+            durations.append(time.perf_counter() - started)
+    return statistics.median(durations), result
+
+
+@contextlib.contextmanager
+def collector_off() -> Iterator[None]:
+    gc.collect()
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def pass_with_status_diff(
+    classes: Sequence[Obj],
+    inventory: Inventory,
+    view: Found,
+    decisions: Mapping[str, ClassDecision],
+    runs: int,
+) -> float:
+    """A pass as the glue runs it, minus the I/O: decide, then diff each class's stored status."""
+    now = rfc3339(datetime(2025, 3, 1, 12, tzinfo=UTC))
+    stored = {name: stored_status(d, now) for name, d in decisions.items()}
+
+    def once() -> None:
+        for name, decision in decide(classes, inventory, view).items():
+            status = decision.status
+            ops = status_patch(stored[name], status.fields(), status.conditions, decision.generation, now)
+            assert not ops, f"class {name}: the stored status differs: {ops}"
+
+    return median_time(once, runs)[0]
+
+
+def stored_status(decision: ClassDecision, now: str) -> Obj:
+    """The status the operator would have stored for ``decision``."""
+    ops = status_patch(None, decision.status.fields(), decision.status.conditions, decision.generation, now)
+    status: Obj = {}
+    for op in ops:
+        path = op["path"].removeprefix("/status").lstrip("/")
+        if path:
+            status[path] = op["value"]
+    return status
+
+
+def sample_events(world: World, pods: Sequence[Obj], count: int) -> list[Obj]:
+    """Two watch events for each of ``count`` pods drawn at random: a changed status, then the
+    original one again (both with new resourceVersions). Every event object is new; the pods'
+    specs are shared with the world's pods, since an upsert only reads."""
+    rng = random.Random(world.spec.seed + 2)
+    gpu_names = frozenset(r.name for r in world.resources)
+    chosen = rng.sample(range(len(pods)), count)
+    changed: list[Obj] = []
+    restored: list[Obj] = []
+    for n, index in enumerate(chosen):
+        pod = pods[index]
+        status = pod["status"]
+        containers = pod["spec"]["containers"]
+        if status["phase"] == "Running" and is_gpu_pod(pod, gpu_names) and n % 2 == 0:
+            new_status = pod_status("Succeeded", containers, status["hostIP"], status["podIP"])  # VM stopped
+        else:
+            new_status = {**status, "conditions": [_touched(c) for c in status["conditions"]]}
+        changed.append(_event_object(pod, new_status, 1))
+        restored.append(_event_object(pod, status, 2))
+    return changed + restored
+
+
+def _touched(condition: Obj) -> Obj:
+    """The condition after a readiness probe flipped it (other conditions: probed again)."""
+    if condition["type"] in ("Ready", "ContainersReady"):
+        flipped = "False" if condition["status"] == "True" else "True"
+        return {**condition, "status": flipped, "lastTransitionTime": "2025-03-01T11:00:00Z"}
+    return {**condition, "lastProbeTime": "2025-03-01T11:00:00Z"}
+
+
+def _event_object(pod: Obj, status: Obj, bump: int) -> Obj:
+    metadata = dict(pod["metadata"])
+    metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + bump)
+    return {**pod, "metadata": metadata, "status": status}
+
+
+def event_time(inventory: Inventory, events: Sequence[Obj], rounds: int) -> float:
+    """The median over rounds of the mean time of one ``upsert_pod``, after one round of warm-up."""
+    upsert = inventory.upsert_pod
+
+    def one_round() -> None:
+        for event in events:
+            upsert(event)
+
+    one_round()
+    return median_time(one_round, rounds)[0] / len(events)
+
+
+def loads_time(texts: Sequence[str], rounds: int) -> float:
+    loads = json.loads
+
+    def one_round() -> None:
+        for text in texts:
+            loads(text)
+
+    return median_time(one_round, rounds)[0] / len(texts)
+
+
+# --- the naive reference --------------------------------------------------------------------------
+
+
+def naive_pass(
+    classes: Iterable[Mapping[str, Any]],
+    nodes: Sequence[Mapping[str, Any]],
+    pods: Iterable[Mapping[str, Any]],
+) -> dict[str, tuple[int, int]]:
+    """freeUnits and maxFreeUnitsPerNode of every live class, recomputed from every pod: no aggregates.
+
+    Written from the design's rules, not from ``decide``: the oldest class by (creationTimestamp,
+    name) owns a resource name, the others offer 0; a node counts when it is eligible and lists the
+    resource in its allocatable; its free units are its allocatable minus the requests of the
+    unfinished pods bound to it, clamped at 0.
+    """
+    live = [
+        c
+        for c in classes
+        if not c["metadata"].get("deletionTimestamp") and (c.get("spec") or {}).get("resourceName")
+    ]
+    owner: dict[str, tuple[str, str]] = {}
+    for c in live:
+        key = (c["metadata"].get("creationTimestamp") or "\uffff", c["metadata"]["name"])
+        resource = c["spec"]["resourceName"]
+        owner[resource] = min(owner.get(resource, key), key)
+
+    pods_on: dict[str, list[Mapping[str, Any]]] = {}
+    for pod in pods:
+        node_name = bound_node(pod)
+        if node_name is not None:
+            pods_on.setdefault(node_name, []).append(pod)
+
+    result: dict[str, tuple[int, int]] = {}
+    for c in live:
+        name, resource = c["metadata"]["name"], c["spec"]["resourceName"]
+        tolerations = parse_tolerations(c["spec"].get("tolerations"))
+        total = largest = 0
+        for node in nodes:
+            allocatable = (node.get("status") or {}).get("allocatable") or {}
+            if resource not in allocatable or not eligible(node, tolerations):
+                continue
+            requested = sum(pod_request(p, resource) for p in pods_on.get(node["metadata"]["name"], ()))
+            free = max(0, (parse_value(allocatable[resource]) or 0) - requested)
+            total += free
+            largest = max(largest, free)
+        result[name] = (total, largest) if owner[resource][1] == name else (0, 0)
+    return result
+
+
+def check_naive(decisions: Mapping[str, ClassDecision], naive: Mapping[str, tuple[int, int]]) -> int:
+    """Assert the naive pass and ``decide`` agree on every class; the number of classes compared."""
+    assert set(decisions) == set(naive), f"different classes: {set(decisions) ^ set(naive)}"
+    for name, decision in decisions.items():
+        got = (decision.status.free_units, decision.status.max_free_units_per_node)
+        assert got == naive[name], f"class {name}: decide says {got}, the naive pass {naive[name]}"
+    nonzero = sum(1 for free, _ in naive.values() if free)
+    assert nonzero, "every class has 0 free units: the comparison would prove nothing"
+    return len(decisions)
