@@ -1,0 +1,84 @@
+"""The GPUClass CRD rejects at the API what the schema can reject: the operator never sees it."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from shared.kube import ApiError, Kube, Obj, Resource
+from tests.support.manifests import apply_all, load
+
+GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
+
+
+@pytest.fixture(scope="module")
+async def gpuclass_crd(kube: Kube) -> None:
+    await apply_all(kube, load("config/crd/gpu.cozystack.io_gpuclasses.yaml"))
+
+
+def gpu_class(name: str, **spec: Any) -> Obj:
+    return {
+        "apiVersion": "gpu.cozystack.io/v1alpha1",
+        "kind": "GPUClass",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+@pytest.mark.parametrize(
+    ("spec", "message"),
+    [
+        ({}, "resourceName: Required value"),
+        ({"resourceName": "gpu"}, "spec.resourceName"),  # no domain prefix: not an extended resource
+        ({"resourceName": "kubernetes.io/gpu"}, "not in the kubernetes.io domain"),
+        ({"resourceName": "example.kubernetes.io/gpu"}, "not in the kubernetes.io domain"),
+        ({"resourceName": "requests.example.com/gpu"}, "must not start with requests."),
+        ({"resourceName": "NVIDIA.com/GH100"}, "spec.resourceName"),  # the prefix is lower case
+        ({"resourceName": "nvidia.com/" + "A" * 64}, "spec.resourceName"),  # name part over 63
+        ({"resourceName": "nvidia.com/-bad"}, "spec.resourceName"),
+        (
+            {"resourceName": "nvidia.com/X", "tolerations": [{"key": "k", "operator": "Gt", "value": "1"}]},
+            "Unsupported value",
+        ),
+        (
+            {
+                "resourceName": "nvidia.com/X",
+                "tolerations": [{"key": "k", "operator": "Exists", "value": "v"}],
+            },
+            "operator Exists must not have a value",
+        ),
+        (
+            {"resourceName": "nvidia.com/X", "tolerations": [{"operator": "Equal", "value": "v"}]},
+            "empty key must use operator Exists",
+        ),
+    ],
+)
+async def test_the_schema_refuses(kube: Kube, gpuclass_crd: None, spec: dict[str, Any], message: str) -> None:
+    with pytest.raises(ApiError) as refused:
+        await kube.create(GPUCLASSES.path(), gpu_class("refused", **spec))
+    assert refused.value.status == 422
+    assert message in refused.value.message
+
+
+@pytest.mark.parametrize(
+    "resource",
+    ["nvidia.com/GH100_H200_SXM_141GB", "nvidia.com/A10-24Q", "example.com/fpga.v2", "a.b.c/X"],
+)
+async def test_the_schema_accepts_device_plugin_names(kube: Kube, gpuclass_crd: None, resource: str) -> None:
+    created = await kube.create(GPUCLASSES.path(), gpu_class("accepted", resourceName=resource))
+    await kube.delete(GPUCLASSES.path(name=created["metadata"]["name"]))
+
+
+async def test_resource_name_is_immutable(kube: Kube, gpuclass_crd: None) -> None:
+    await kube.create(GPUCLASSES.path(), gpu_class("immutable", resourceName="nvidia.com/A"))
+    try:
+        with pytest.raises(ApiError) as refused:
+            await kube.patch(
+                GPUCLASSES.path(name="immutable"), {"spec": {"resourceName": "nvidia.com/B"}}, "merge"
+            )
+        assert "resourceName is immutable" in refused.value.message
+        # Everything else may change.
+        await kube.patch(GPUCLASSES.path(name="immutable"), {"spec": {"displayName": "A, renamed"}}, "merge")
+    finally:
+        await kube.delete(GPUCLASSES.path(name="immutable"))
