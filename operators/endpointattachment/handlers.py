@@ -25,6 +25,7 @@ import copy
 import logging
 import time
 from collections.abc import Mapping
+from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -104,24 +105,38 @@ class Operator:
         obj = event["object"]
         if event["type"] == "DELETED":
             self.world.drop(kind, obj)
-        else:
-            self.world.put(kind, obj)
-        self.wake_for(kind, obj)
+            self.wake_for(kind, obj)
+            return
+        old = self.world.get(kind, obj)
+        if old is not None and _version(old) == _version(obj):
+            return  # the echo of our own write, already in the caches and acted on
+        self.world.put(kind, obj)
+        self.wake_for(kind, obj, spec_changed=_spec_changed(old, obj))
 
-    def wake_for(self, kind: str, obj: Obj) -> None:
-        for namespace, name in self.world.attachments_affected_by(kind, obj):
-            self.queue.add(("attachment", namespace, name))
-        for namespace, name in self.world.claims_affected_by(kind, obj):
-            self.queue.add(("claim", namespace, name))
-        if kind == "class":
-            self.queue.add(("class", "", key_of(obj)[1]))
+    def wake_for(self, kind: str, obj: Obj, *, own_write: bool = False, spec_changed: bool = True) -> None:
+        """Wake the passes ``obj``'s change concerns. After our own write, the pass that wrote is not
+        woken again (it already decided with what it wrote); a class's status (written here) is read
+        by no one, so only a change to what its generation covers wakes its dependents."""
+        writer = _PASSING.get() if own_write else None
+        wake: list[WorkKey] = []
+        if spec_changed or kind not in _SPEC_READERS_ONLY:
+            wake += [("attachment", *key) for key in self.world.attachments_affected_by(kind, obj)]
+            wake += [("claim", *key) for key in self.world.claims_affected_by(kind, obj)]
+        if kind == "class" and spec_changed:
+            wake.append(("class", "", key_of(obj)[1]))
         elif kind == "allocation":
-            self.queue.add(("class", "", str((obj.get("spec") or {}).get("className"))))
+            wake.append(("class", "", str((obj.get("spec") or {}).get("className"))))
+        for key in wake:
+            if key != writer:
+                self.queue.add(key)
 
     def remember(self, kind: str, obj: Obj) -> None:
-        """Put the answer of our own write into the caches, ahead of its watch event."""
+        """Put the answer of our own write into the caches, ahead of its watch event (which is then
+        recognised by its resourceVersion and ignored), and wake whoever else it concerns."""
         if obj:
+            old = self.world.get(kind, obj)
             self.world.put(kind, obj)
+            self.wake_for(kind, obj, own_write=True, spec_changed=_spec_changed(old, obj))
 
     # --- passes ----------------------------------------------------------------------------------
 
@@ -129,6 +144,7 @@ class Operator:
         """One traced pass over one object; its outcome feeds the reconcile metrics."""
         kind, namespace, name = key
         started = time.perf_counter()
+        _PASSING.set(key)  # this worker task's current pass (each task has its own context)
         obj, related = self.subject(kind, namespace, name)
         result = OUTCOME_ERROR
         try:
@@ -158,31 +174,38 @@ class Operator:
         return self.world.classes.get(name), []
 
     async def pass_attachment(self, key: Key) -> None:
+        """Decide and apply. A mint or a claim binding changes what the plan is made of, so the pass
+        decides again at once from the updated caches (a few rounds at most) instead of queueing
+        behind every other attachment; if it still has not settled, it is queued again."""
         assert self.kube is not None
-        observed = self.world.observe(key)
-        if observed is None:
+        for _ in range(MAX_ROUNDS_PER_PASS):
+            observed = self.world.observe(key)
+            if observed is None:
+                return
+            attachment = observed.attachment
+            plan = reconcile(observed)
+            if plan.finalizing:
+                await self.finalize_attachment(attachment, plan, observed.service)
+                return
+            attachment = await self.ensure_metadata(
+                ATTACHMENTS, "attachment", attachment, plan.owner_reference
+            )
+            if plan.mint is not None:
+                _, allocation = await allocator.mint(
+                    self.kube, stamp(copy.deepcopy(dict(plan.mint.allocation)))
+                )
+                self.remember("allocation", allocation)
+                continue
+            if plan.bind_claim is not None and observed.claim is not None:
+                bound = await allocator.bind_claim(self.kube, observed.claim, plan.bind_claim.attachment)
+                self.remember("claim", bound or {})
+                continue
+            await self.apply_service(plan, observed.service)
+            await self.write_status(
+                ATTACHMENTS, "attachment", attachment, plan.status_patch(attachment.get("status"), _now())
+            )
             return
-        attachment = observed.attachment
-        plan = reconcile(observed)
-        if plan.finalizing:
-            await self.finalize_attachment(attachment, plan, observed.service)
-            return
-        attachment = await self.ensure_metadata(ATTACHMENTS, "attachment", attachment, plan.owner_reference)
-        requeue = ("attachment", *key)
-        if plan.mint is not None:
-            _, allocation = await allocator.mint(self.kube, stamp(copy.deepcopy(dict(plan.mint.allocation))))
-            self.remember("allocation", allocation)
-            self.queue.add(requeue)  # decide again with the outcome in the caches
-            return
-        if plan.bind_claim is not None and observed.claim is not None:
-            bound = await allocator.bind_claim(self.kube, observed.claim, plan.bind_claim.attachment)
-            self.remember("claim", bound or {})
-            self.queue.add(requeue)
-            return
-        await self.apply_service(plan, observed.service)
-        await self.write_status(
-            ATTACHMENTS, "attachment", attachment, plan.status_patch(attachment.get("status"), _now())
-        )
+        self.queue.add(("attachment", *key))
 
     async def finalize_attachment(self, attachment: Obj, plan: Plan, service: Obj | None) -> None:
         """Service first, then the address, then our finalizer: nothing is left holding anything."""
@@ -389,6 +412,28 @@ class Operator:
             await self.kube.delete(allocator.ALLOCATIONS.path(name=orphan.name), uid=orphan.uid)
             removed += 1
         return removed
+
+
+def _version(obj: Obj) -> str | None:
+    return (obj.get("metadata") or {}).get("resourceVersion")
+
+
+def _spec_changed(old: Obj | None, new: Obj) -> bool:
+    """Whether anything but status changed: CRDs with a status subresource bump ``generation`` only
+    for spec changes, and labels or deletion are looked at on their own."""
+    if old is None:
+        return True
+    before, after = old.get("metadata") or {}, new.get("metadata") or {}
+    return any(before.get(k) != after.get(k) for k in ("generation", "labels", "deletionTimestamp"))
+
+
+# Rounds of decide-and-apply in one pass before it yields its worker (a mint racing other minters
+# for a nearly full pool can take several).
+MAX_ROUNDS_PER_PASS = 4
+# The key the current worker task is passing over, so its own writes do not wake it again.
+_PASSING: ContextVar[WorkKey | None] = ContextVar("passing", default=None)
+# Kinds whose dependents read only spec and metadata: a status-only change to one wakes no one.
+_SPEC_READERS_ONLY = frozenset({"class", "proxy"})
 
 
 def _now() -> str:

@@ -17,7 +17,7 @@ class Settings:
     # Attachments can go untouched for days, so watch silence is no sign of a stuck watch here: off.
     watch_silence_seconds: float = 0.0
     # Passes over different attachments run concurrently; one attachment never runs twice at once.
-    workers: int = 8
+    workers: int = 16
     # How often orphaned allocations are looked for, and how old one must be before it is removed:
     # long enough that a mint whose holder is not yet in our cache is never mistaken for an orphan.
     repair_interval_seconds: float = 60.0

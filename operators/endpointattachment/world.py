@@ -11,6 +11,7 @@ rendered Service is found by its name and judged by its controller reference in 
 
 from __future__ import annotations
 
+import contextlib
 from collections import defaultdict
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass, field
@@ -31,6 +32,7 @@ from shared.lineage import application_of, belongs_to
 from shared.ownership import sole_controller
 
 Key = tuple[str, str]  # (namespace, name); cluster-scoped objects use "" as namespace
+_NAMESPACED = frozenset({"attachment", "claim", "service", "slice", "helmrelease"})
 Obj = Mapping[str, Any]
 
 
@@ -54,8 +56,13 @@ class World:
     slices: dict[Key, Obj] = field(default_factory=dict)
     helmreleases: dict[Key, Obj] = field(default_factory=dict)
     namespace_labels: dict[str, Mapping[str, str]] = field(default_factory=dict)
-    # indexes
+    # indexes, kept by the updates below so a pass or a wake-up never scans every object
     _holder_allocation: dict[str, str] = field(default_factory=dict)  # holder UID -> allocation name
+    _taken: dict[str, str] = field(default_factory=dict)  # allocation name -> canonical address
+    _taken_frozen: frozenset[str] | None = None  # the values of _taken, rebuilt only after a change
+    _by_endpoint: dict[Key, set[Key]] = field(default_factory=lambda: defaultdict(set))  # (ns, svc)
+    _by_class: dict[str, set[Key]] = field(default_factory=lambda: defaultdict(set))  # spec.className
+    _by_claim: dict[Key, set[Key]] = field(default_factory=lambda: defaultdict(set))  # (ns, claimName)
     _slices_of_service: dict[Key, set[Key]] = field(default_factory=lambda: defaultdict(set))
     _proxied: set[Key] = field(default_factory=set)
 
@@ -67,11 +74,44 @@ class World:
     def drop(self, kind: str, obj: Obj) -> None:
         getattr(self, f"_drop_{kind}")(obj)
 
+    def get(self, kind: str, obj: Obj) -> Obj | None:
+        """The cached version of ``obj`` (same kind and key), if any."""
+        namespace, name = key_of(obj)
+        stores: dict[str, Mapping[Any, Obj]] = {
+            "attachment": self.attachments,
+            "claim": self.claims,
+            "service": self.services,
+            "slice": self.slices,
+            "helmrelease": self.helmreleases,
+            "class": self.classes,
+            "allocation": self.allocations,
+            "proxy": self.proxies,
+        }
+        store = stores.get(kind, {})
+        return store.get((namespace, name)) if kind in _NAMESPACED else store.get(name)
+
     def _put_attachment(self, obj: Obj) -> None:
-        self.attachments[key_of(obj)] = obj
+        self._drop_attachment(obj)
+        key = key_of(obj)
+        self.attachments[key] = obj
+        spec = obj.get("spec") or {}
+        self._by_endpoint[(key[0], str((spec.get("endpoint") or {}).get("name")))].add(key)
+        address = _address_spec(obj)
+        if address.get("className"):
+            self._by_class[str(address["className"])].add(key)
+        if address.get("claimName"):
+            self._by_claim[(key[0], str(address["claimName"]))].add(key)
 
     def _drop_attachment(self, obj: Obj) -> None:
-        self.attachments.pop(key_of(obj), None)
+        key = key_of(obj)
+        old = self.attachments.pop(key, None)
+        if old is None:
+            return
+        spec = old.get("spec") or {}
+        self._by_endpoint[(key[0], str((spec.get("endpoint") or {}).get("name")))].discard(key)
+        address = _address_spec(old)
+        self._by_class[str(address.get("className"))].discard(key)
+        self._by_claim[(key[0], str(address.get("claimName")))].discard(key)
 
     def _put_claim(self, obj: Obj) -> None:
         self.claims[key_of(obj)] = obj
@@ -92,12 +132,18 @@ class World:
         holder = ((obj.get("spec") or {}).get("holder") or {}).get("uid")
         if holder:
             self._holder_allocation[str(holder)] = name
+        # The CRD refuses unreadable addresses; one that slipped in holds nothing we could mint.
+        with contextlib.suppress(InvalidAddress):
+            self._taken[name] = canonical(str((obj.get("spec") or {}).get("address")))
+        self._taken_frozen = None
 
     def _drop_allocation(self, obj: Obj) -> None:
         old = self.allocations.pop(key_of(obj)[1], None)
         holder = ((old or {}).get("spec") or {}).get("holder") or {}
         if holder.get("uid") and self._holder_allocation.get(holder["uid"]) == key_of(obj)[1]:
             del self._holder_allocation[holder["uid"]]
+        if self._taken.pop(key_of(obj)[1], None) is not None:
+            self._taken_frozen = None
 
     def _put_proxy(self, obj: Obj) -> None:
         self.proxies[key_of(obj)[1]] = obj
@@ -153,7 +199,7 @@ class World:
         if kind == "attachment":
             yield namespace, name
         elif kind == "service":
-            yield from self._using_endpoint(namespace, name)
+            yield from self._by_endpoint.get((namespace, name), ())
             owner = sole_controller(obj)
             if owner and owner.get("kind") == ENDPOINT_ATTACHMENT_KIND:
                 yield namespace, str(owner.get("name"))
@@ -163,35 +209,39 @@ class World:
                 yield from self._vm_mode()
         elif kind == "slice":
             service = labels(obj).get(ENDPOINTSLICE_SERVICE_NAME_LABEL, "")
-            yield from self._using_endpoint(namespace, service)
+            yield from self._by_endpoint.get((namespace, service), ())
             yield from self._vm_mode()  # backends of any proxied Service decide exclusivity
         elif kind == "helmrelease":
             app = application_of(obj)
-            for key, attachment in self.attachments.items():
-                endpoint = self.endpoint_of(attachment)
-                if key[0] == namespace and (app is None or endpoint is None or belongs_to(endpoint, app)):
+            for key in [k for k in self.attachments if k[0] == namespace]:
+                endpoint = self.endpoint_of(self.attachments[key])
+                if app is None or endpoint is None or belongs_to(endpoint, app):
                     yield key
         elif kind == "claim":
-            for key, attachment in self.attachments.items():
-                if key[0] == namespace and _address_spec(attachment).get("claimName") == name:
-                    yield key
+            yield from self._by_claim.get((namespace, name), ())
         elif kind == "class":
-            for key, attachment in self.attachments.items():
-                if self.class_name_of(attachment) == name:
-                    yield key
+            yield from self._of_class(name)
         elif kind == "allocation":
             holder = (obj.get("spec") or {}).get("holder") or {}
             if holder.get("kind") == ENDPOINT_ATTACHMENT_KIND:
                 yield str(holder.get("namespace") or ""), str(holder.get("name") or "")
             # A freed address may end another attachment's PoolExhausted.
-            class_name = (obj.get("spec") or {}).get("className")
-            for key, attachment in self.attachments.items():
-                if self.class_name_of(attachment) == class_name and not self.held_address(attachment):
+            for key in self._of_class(str((obj.get("spec") or {}).get("className"))):
+                if not self.held_address(self.attachments[key]):
                     yield key
         elif kind == "proxy":
             yield from self._vm_mode()
         elif kind == "namespace":
             yield from (key for key in self.attachments if key[0] == name)
+
+    def _of_class(self, class_name: str) -> list[Key]:
+        """Attachments minting from the class, and those whose claim is of that class."""
+        keys = [k for k in self._by_class.get(class_name, ()) if k in self.attachments]
+        for (namespace, claim_name), users in self._by_claim.items():
+            claim = self.claims.get((namespace, claim_name))
+            if users and claim is not None and (claim.get("spec") or {}).get("className") == class_name:
+                keys.extend(k for k in users if k in self.attachments)
+        return keys
 
     def claims_affected_by(self, kind: str, obj: Obj) -> Iterator[Key]:
         namespace, name = key_of(obj)
@@ -257,13 +307,10 @@ class World:
         return self.allocations.get(name) if name else None
 
     def taken_addresses(self) -> frozenset[str]:
-        taken = set()
-        for allocation in self.allocations.values():
-            try:
-                taken.add(canonical(str((allocation.get("spec") or {}).get("address"))))
-            except InvalidAddress:
-                continue
-        return frozenset(taken)
+        """Canonical text of every allocated address; rebuilt only after allocations change."""
+        if self._taken_frozen is None:
+            self._taken_frozen = frozenset(self._taken.values())
+        return self._taken_frozen
 
     def slices_of(self, namespace: str, service: str) -> list[Obj]:
         return [

@@ -1,0 +1,174 @@
+"""What the benchmark watches and plays: list-then-watch streams, the load balancer, process CPU.
+
+Decides:
+
+* ``follow``: list, then watch from the list's resourceVersion, handing every object to a callback
+  (the listed ones as ADDED); a stream the server closes resumes from the last resourceVersion seen
+  (bookmarks included), an expired one (410) lists again. It runs until cancelled, with a bound on
+  how often it may start over.
+* ``WatchingBalancer``: plays MetalLB for every Service carrying the attachment label, like
+  ``tests.support.loadbalancer.FakeLoadBalancer`` (the address of the provider annotation goes to
+  ``status.loadBalancer.ingress``), but answers from its watch with up to ``concurrency`` status
+  patches in flight, so that it never queues a burst behind one patch at a time, and it records when
+  it first saw each Service and when its patch returned. The baseline Services and the rendered ones
+  go through the very same balancer.
+* CPU seconds of a process (``/proc``), to tell where the time went.
+
+Timestamps are ``time.perf_counter()`` of the benchmark process, taken when the event is handled.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import os
+import time
+from collections.abc import Callable, Coroutine
+from pathlib import Path
+from typing import Any
+
+from operators.endpointattachment.constants import (
+    ATTACHMENT_LABEL,
+    CILIUM_IPS_ANNOTATION,
+    METALLB_IPS_ANNOTATION,
+)
+from shared.kube import SERVICES, ApiError, Kube, Obj
+
+MAX_RESTARTS = 1_000  # a stream that starts over this often is broken, not busy
+RETRY_PAUSE = 0.5
+Handler = Callable[[str, Obj], None]
+Key = tuple[str, str]
+
+
+async def follow(kube: Kube, path: str, on_event: Handler, *, label_selector: str = "") -> None:
+    """List and watch ``path`` until cancelled, calling ``on_event(type, object)`` for each change.
+
+    A transient refusal (429 while a new CRD's storage initialises, 5xx) is retried after a pause."""
+    version = ""
+    for _ in range(MAX_RESTARTS):
+        try:
+            if not version:
+                listing = await kube.list(path, label_selector=label_selector)
+                for item in listing.get("items") or []:
+                    on_event("ADDED", item)
+                version = str(listing["metadata"]["resourceVersion"])
+            events = kube.watch(path, resource_version=version, label_selector=label_selector)
+            async with contextlib.aclosing(events):
+                async for kind, obj in events:
+                    if kind == "ERROR":  # 410 Gone inside the stream: list again
+                        version = ""
+                        break
+                    version = str((obj.get("metadata") or {}).get("resourceVersion") or version)
+                    if kind != "BOOKMARK":
+                        on_event(kind, obj)
+        except ApiError as error:
+            if error.status == 410:
+                version = ""
+            elif error.transient:
+                await asyncio.sleep(RETRY_PAUSE)  # the pause between bounded retries
+            else:
+                raise
+    raise RuntimeError(f"the watch of {path} started over {MAX_RESTARTS} times")
+
+
+def supervised(coro: Coroutine[Any, Any, None], what: str, say: Callable[[str], None]) -> asyncio.Task[None]:
+    """A task whose death (other than by cancellation) is told at once, not when it is awaited."""
+    task = asyncio.create_task(coro, name=what)
+
+    def told(done: asyncio.Task[None]) -> None:
+        if not done.cancelled() and done.exception() is not None:
+            say(f"{what} died: {done.exception()!r}")
+
+    task.add_done_callback(told)
+    return task
+
+
+def provider_address(service: Obj) -> str | None:
+    annotations = (service.get("metadata") or {}).get("annotations") or {}
+    address = annotations.get(METALLB_IPS_ANNOTATION) or annotations.get(CILIUM_IPS_ANNOTATION)
+    return str(address) if address else None
+
+
+def ingress_ips(service: Obj) -> list[str]:
+    ingress = ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [str(entry.get("ip")) for entry in ingress]
+
+
+class WatchingBalancer:
+    """The load balancer, answering from one watch of every labelled Service (see the module doc)."""
+
+    def __init__(self, kube: Kube, concurrency: int = 16) -> None:
+        self.kube = kube
+        self.limit = asyncio.Semaphore(concurrency)
+        self.seen_at: dict[Key, float] = {}
+        self.answered_at: dict[Key, float] = {}
+        self.failures = 0
+        self._in_flight: set[str] = set()  # UIDs with a patch on its way
+        self._tasks: set[asyncio.Task[None]] = set()
+        self._runner: asyncio.Task[None] | None = None
+
+    def start(self, say: Callable[[str], None]) -> None:
+        self._runner = supervised(
+            follow(self.kube, SERVICES.path(), self.on_event, label_selector=ATTACHMENT_LABEL),
+            "the balancer's watch",
+            say,
+        )
+
+    async def stop(self) -> None:
+        for task in [self._runner, *self._tasks]:
+            if task is not None:
+                task.cancel()
+        for task in [self._runner, *self._tasks]:
+            if task is not None:
+                with contextlib.suppress(asyncio.CancelledError, ApiError):
+                    await task
+
+    def on_event(self, kind: str, service: Obj) -> None:
+        metadata = service.get("metadata") or {}
+        key = (str(metadata.get("namespace")), str(metadata.get("name")))
+        if kind == "DELETED" or metadata.get("deletionTimestamp"):
+            return
+        self.seen_at.setdefault(key, time.perf_counter())
+        address = provider_address(service)
+        uid = str(metadata.get("uid"))
+        if not address or ingress_ips(service) == [address] or uid in self._in_flight:
+            return
+        self._in_flight.add(uid)
+        task = asyncio.create_task(self._answer(key, uid, address))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def _answer(self, key: Key, uid: str, address: str) -> None:
+        patch = {"status": {"loadBalancer": {"ingress": [{"ip": address, "ipMode": "VIP"}]}}}
+        try:
+            async with self.limit:
+                await self.kube.patch(SERVICES.path(*key) + "/status", patch, "merge")
+            self.answered_at.setdefault(key, time.perf_counter())
+        except ApiError:
+            self.failures += 1  # deleted meanwhile, or a conflict: the next event decides again
+        finally:
+            self._in_flight.discard(uid)
+
+
+def cpu_seconds(pid: int) -> float:
+    """User plus system CPU seconds a process has used (0 when it is gone)."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def own_cpu_seconds() -> float:
+    return time.process_time()
+
+
+def machine_cpu_seconds() -> float:
+    """Busy CPU seconds of the whole machine, every core and process (``/proc/stat``)."""
+    try:
+        first = Path("/proc/stat").read_text().splitlines()[0].split()
+    except (OSError, IndexError):
+        return 0.0
+    user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in first[1:9])
+    return (user + nice + system + irq + softirq + steal) / os.sysconf("SC_CLK_TCK")
