@@ -27,7 +27,7 @@ tmp=$(mktemp -d "$cache.build.XXXXXX" 2>/dev/null || { mkdir -p "$cache" && mkte
 trap 'rm -rf "$tmp"' EXIT
 started=$(date +%s)
 echo "building the local control plane ($release) into $bin; the first build takes a while..." >&2
-(cd "$src" && go build -trimpath -ldflags "$ldflags" -o "$tmp/" \
+(cd "$src" && go build -trimpath -buildvcs=false -ldflags "$ldflags" -o "$tmp/" \
   k8s.io/kubernetes/cmd/kube-apiserver \
   k8s.io/kubernetes/cmd/kube-controller-manager \
   k8s.io/kubernetes/cmd/kubectl \
