@@ -111,17 +111,27 @@ class Operator:
         if old is not None and _version(old) == _version(obj):
             return  # the echo of our own write, already in the caches and acted on
         self.world.put(kind, obj)
-        self.wake_for(kind, obj, spec_changed=_spec_changed(old, obj))
+        self.wake_for(kind, obj, spec_changed=_spec_changed(old, obj), old=old)
 
-    def wake_for(self, kind: str, obj: Obj, *, own_write: bool = False, spec_changed: bool = True) -> None:
+    def wake_for(
+        self,
+        kind: str,
+        obj: Obj,
+        *,
+        own_write: bool = False,
+        spec_changed: bool = True,
+        old: Obj | None = None,
+    ) -> None:
         """Wake the passes ``obj``'s change concerns. After our own write, the pass that wrote is not
         woken again (it already decided with what it wrote); a class's status (written here) is read
-        by no one, so only a change to what its generation covers wakes its dependents."""
+        by no one, so only a change to what its generation covers wakes its dependents. Those the old
+        version concerned are woken too (a Service leaving the proxy frees the pods it held)."""
         writer = _PASSING.get() if own_write else None
         wake: list[WorkKey] = []
         if spec_changed or kind not in _SPEC_READERS_ONLY:
-            wake += [("attachment", *key) for key in self.world.attachments_affected_by(kind, obj)]
-            wake += [("claim", *key) for key in self.world.claims_affected_by(kind, obj)]
+            for version in (obj, old) if old is not None else (obj,):
+                wake += [("attachment", *key) for key in self.world.attachments_affected_by(kind, version)]
+                wake += [("claim", *key) for key in self.world.claims_affected_by(kind, version)]
         if kind == "class" and spec_changed:
             wake.append(("class", "", key_of(obj)[1]))
         elif kind == "allocation":
@@ -136,7 +146,7 @@ class Operator:
         if obj:
             old = self.world.get(kind, obj)
             self.world.put(kind, obj)
-            self.wake_for(kind, obj, own_write=True, spec_changed=_spec_changed(old, obj))
+            self.wake_for(kind, obj, own_write=True, spec_changed=_spec_changed(old, obj), old=old)
 
     # --- passes ----------------------------------------------------------------------------------
 
@@ -204,6 +214,10 @@ class Operator:
             await self.write_status(
                 ATTACHMENTS, "attachment", attachment, plan.status_patch(attachment.get("status"), _now())
             )
+            for surplus in self.world.surplus_allocations(attachment):
+                log.info("releasing %s: a second allocation of %s", key_of(surplus)[1], key)
+                await allocator.release(self.kube, surplus)
+                self.world.drop("allocation", surplus)
             return
         self.queue.add(("attachment", *key))
 
@@ -288,6 +302,10 @@ class Operator:
             self.queue.add(("claim", *key))
             return
         await self.write_status(CLAIMS, "claim", claim, plan.status_patch(claim.get("status"), _now()))
+        for surplus in self.world.surplus_allocations(claim):
+            log.info("releasing %s: a second allocation of claim %s", key_of(surplus)[1], key)
+            await allocator.release(self.kube, surplus)
+            self.world.drop("allocation", surplus)
 
     async def clear_stale_user(self, claim: Obj) -> Obj:
         """A claim whose recorded user is gone (deleted without its finalizer running) is freed,

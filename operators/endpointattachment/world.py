@@ -57,7 +57,8 @@ class World:
     helmreleases: dict[Key, Obj] = field(default_factory=dict)
     namespace_labels: dict[str, Mapping[str, str]] = field(default_factory=dict)
     # indexes, kept by the updates below so a pass or a wake-up never scans every object
-    _holder_allocation: dict[str, str] = field(default_factory=dict)  # holder UID -> allocation name
+    # holder UID -> names of the allocations it holds (one, unless a mint raced a stale cache)
+    _holder_allocations: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
     _taken: dict[str, str] = field(default_factory=dict)  # allocation name -> canonical address
     _taken_frozen: frozenset[str] | None = None  # the values of _taken, rebuilt only after a change
     _by_endpoint: dict[Key, set[Key]] = field(default_factory=lambda: defaultdict(set))  # (ns, svc)
@@ -131,7 +132,7 @@ class World:
         self.allocations[name] = obj
         holder = ((obj.get("spec") or {}).get("holder") or {}).get("uid")
         if holder:
-            self._holder_allocation[str(holder)] = name
+            self._holder_allocations[str(holder)].add(name)
         # The CRD refuses unreadable addresses; one that slipped in holds nothing we could mint.
         with contextlib.suppress(InvalidAddress):
             self._taken[name] = canonical(str((obj.get("spec") or {}).get("address")))
@@ -140,8 +141,8 @@ class World:
     def _drop_allocation(self, obj: Obj) -> None:
         old = self.allocations.pop(key_of(obj)[1], None)
         holder = ((old or {}).get("spec") or {}).get("holder") or {}
-        if holder.get("uid") and self._holder_allocation.get(holder["uid"]) == key_of(obj)[1]:
-            del self._holder_allocation[holder["uid"]]
+        if holder.get("uid"):
+            self._holder_allocations[str(holder["uid"])].discard(key_of(obj)[1])
         if self._taken.pop(key_of(obj)[1], None) is not None:
             self._taken_frozen = None
 
@@ -295,16 +296,28 @@ class World:
 
     def held_address(self, holder: Obj) -> str | None:
         """The address of the allocation held by this object's UID, if any."""
-        uid = (holder.get("metadata") or {}).get("uid")
-        name = self._holder_allocation.get(str(uid)) if uid else None
-        allocation = self.allocations.get(name) if name else None
-        address = (allocation or {}).get("spec", {}).get("address")
+        address = ((self.held_allocation(holder) or {}).get("spec") or {}).get("address")
         return str(address) if address else None
 
     def held_allocation(self, holder: Obj) -> Obj | None:
+        """The allocation this object holds: the one its status already names, else the first by
+        name, so every pass picks the same one when a raced mint left two."""
+        held = self.held_allocations(holder)
+        recorded = (holder.get("status") or {}).get("address")
+        return next((a for a in held if (a.get("spec") or {}).get("address") == recorded), None) or (
+            held[0] if held else None
+        )
+
+    def held_allocations(self, holder: Obj) -> list[Obj]:
         uid = (holder.get("metadata") or {}).get("uid")
-        name = self._holder_allocation.get(str(uid)) if uid else None
-        return self.allocations.get(name) if name else None
+        names = sorted(self._holder_allocations.get(str(uid), ())) if uid else []
+        return [self.allocations[n] for n in names if n in self.allocations]
+
+    def surplus_allocations(self, holder: Obj) -> list[Obj]:
+        """Allocations this object holds beyond the one it uses: to be released, not leaked (the
+        repair pass never touches an allocation whose holder is alive)."""
+        kept = self.held_allocation(holder)
+        return [a for a in self.held_allocations(holder) if a is not kept]
 
     def taken_addresses(self) -> frozenset[str]:
         """Canonical text of every allocated address; rebuilt only after allocations change."""

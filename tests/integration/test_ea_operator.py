@@ -635,7 +635,9 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
                 return chain if any(isinstance(r, list) and "Published" in r for r in reasons) else None
 
             chain = await eventually(published, what="the pass that published, exported")
-            assert len(chain) >= 3  # minted, rendered, load balancer answered (at least)
+            # At least: minted and rendered (one pass decides again after a mint), then the load
+            # balancer answered and the attachment was Ready.
+            assert len(chain) >= 2
             for earlier, later in itertools.pairwise(chain):
                 assert any(link.span_id == earlier.span_id for link in later.links), "passes are not chained"
             outcomes = {attributes(s)["outcome"] for s in chain}
