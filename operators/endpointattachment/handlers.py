@@ -21,10 +21,8 @@ without our controller reference, and never writes labels or annotations to obje
 from __future__ import annotations
 
 import asyncio
-import copy
 import logging
 import time
-from collections.abc import Mapping
 from contextvars import ContextVar
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
@@ -201,9 +199,7 @@ class Operator:
                 ATTACHMENTS, "attachment", attachment, plan.owner_reference
             )
             if plan.mint is not None:
-                _, allocation = await allocator.mint(
-                    self.kube, stamp(copy.deepcopy(dict(plan.mint.allocation)))
-                )
+                _, allocation = await allocator.mint(self.kube, stamp(plan.mint.allocation))
                 self.remember("allocation", allocation)
                 continue
             if plan.bind_claim is not None and observed.claim is not None:
@@ -246,7 +242,7 @@ class Operator:
         if action is ServiceAction.CREATE and plan.service is not None:
             namespace = plan.service["metadata"]["namespace"]
             try:
-                body = stamp(copy.deepcopy(dict(plan.service)))
+                body = stamp(plan.service)
                 self.remember("service", await self.kube.create(SERVICES.path(namespace), body))
             except ApiError as error:
                 if error.status != 409:
@@ -297,7 +293,7 @@ class Operator:
             self.world.namespace_labels.get(key[0], {}),
         )
         if plan.mint is not None:
-            _, allocation = await allocator.mint(self.kube, stamp(copy.deepcopy(dict(plan.mint.allocation))))
+            _, allocation = await allocator.mint(self.kube, stamp(plan.mint.allocation))
             self.remember("allocation", allocation)
             self.queue.add(("claim", *key))
             return
@@ -460,16 +456,6 @@ def _now() -> str:
 
 def _reasons(obj: Obj | None) -> list[str]:
     return [str(c.get("reason")) for c in ((obj or {}).get("status") or {}).get("conditions") or []]
-
-
-def _with_traceparent(patch: Mapping[str, Any]) -> dict[str, Any]:
-    """A merge patch that also carries the current pass's traceparent (only on writes made anyway)."""
-    stamped = stamp({"metadata": {}})["metadata"].get("annotations")
-    if not stamped:
-        return dict(patch)
-    metadata = dict(patch.get("metadata") or {})
-    metadata["annotations"] = {**(metadata.get("annotations") or {}), **stamped}
-    return {**patch, "metadata": metadata}
 
 
 def operator_settings() -> kopf.OperatorSettings:

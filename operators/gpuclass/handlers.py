@@ -68,8 +68,6 @@ class State:
     kubevirt_read: KubeVirtRead | None = None
     kubevirt_known: Definitive | None = None
     kube: Kube | None = None
-    passes: int = 0
-    writes: int = 0
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # The initial listing: how many Nodes, Pods and classes existed at start-up, and how many of each
     # kopf has delivered since (events of type None). None until counted.
@@ -235,7 +233,6 @@ async def run_pass(state: State) -> dict[str, ClassDecision]:
             state.telemetry.reconciles.observe(result, elapsed)
             state.metrics.pass_duration.observe(elapsed)
             state.metrics.last_pass.set(time.time())
-            state.passes += 1
 
 
 async def _store(state: State, obj: Obj, decision: ClassDecision, now: str) -> None:
@@ -259,7 +256,6 @@ async def _store(state: State, obj: Obj, decision: ClassDecision, now: str) -> N
             return
         state.metrics.pass_errors.labels(stage="status_write").inc()
         raise
-    state.writes += 1
     if state.classes.get(metadata["name"], {}).get("metadata", {}).get("uid") == metadata["uid"]:
         state.classes[metadata["name"]] = updated  # so a pass before the watch event compares right
     for event in transition_events(stored, status):

@@ -19,6 +19,7 @@ operator makes anyway, and never on status writes).
 
 from __future__ import annotations
 
+import copy
 import os
 from collections.abc import Iterable, Iterator, Mapping
 from contextlib import contextmanager
@@ -188,13 +189,15 @@ def current_traceparent() -> str | None:
     return carrier.get("traceparent")
 
 
-def stamp(obj: dict[str, Any]) -> dict[str, Any]:
-    """``obj`` with the current traceparent in its annotations (for a create or spec write)."""
+def stamp(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """A copy of ``obj`` (an object to create, or a merge patch) carrying the current traceparent in
+    its annotations; ``obj`` itself is never changed, so a plan can be stamped and kept."""
+    stamped = copy.deepcopy(dict(obj))
     traceparent = current_traceparent()
     if traceparent:
-        metadata = obj.setdefault("metadata", {})
+        metadata = stamped.setdefault("metadata", {})
         metadata["annotations"] = {**(metadata.get("annotations") or {}), TRACEPARENT_ANNOTATION: traceparent}
-    return obj
+    return stamped
 
 
 def extract(obj: Mapping[str, Any] | None) -> SpanContext | None:
