@@ -1,8 +1,9 @@
 """make demo: both operators on the local control plane with sample objects, and what people see.
 
-It starts the local control plane, installs the CRDs with kubectl (``kubectl apply -k config/crd``),
-runs both operators, plays the missing parts (kubelets, the load balancer), creates a small GPU
-cloud and a tenant with a database and a VM, then prints what a tenant sees and what a hoster sees.
+It starts the local control plane, installs each operator's CRDs with kubectl
+(``kubectl apply -k config/crd/<operator>``), runs both operators, plays the missing parts
+(kubelets, the load balancer), creates a small GPU cloud and a tenant with a database and a VM,
+then prints what a tenant sees and what a hoster sees.
 It waits for Ctrl-C (or, with ``--once``, stops right away) and leaves nothing running.
 
 Set ``OTEL_EXPORTER_OTLP_ENDPOINT`` (e.g. Jaeger all-in-one's ``http://localhost:4318``) before
@@ -31,6 +32,8 @@ from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Api
 from tests.support.loadbalancer import load_balancer
 
 TENANT = "tenant-demo"
+# Each operator's CRDs, one kustomization apiece (kubectl apply -k takes one directory).
+CRD_DIRS = ("config/crd/gpuclass", "config/crd/endpointattachment")
 H200, L40S, RTX4090 = (
     "nvidia.com/GH100_H200_SXM_141GB",
     "nvidia.com/AD102GL_L40S",
@@ -378,7 +381,7 @@ async def show(kube: Kube, cluster: ClusterInfo, ports: Mapping[str, int]) -> No
         "cozystack_gpuclass_requested",
         "cozystack_gpuclass_free",
         'cozystack_gpuclass_nodes{gpuclass="h200"',
-        "endpointattachment_pool_addresses",
+        "cozystack_endpointattachment_pool_addresses",
     )
     async with httpx.AsyncClient() as client:
         for name, port in ports.items():
@@ -403,8 +406,9 @@ async def demo(once: bool) -> None:
     with LocalControlPlane() as cluster:
         print(f"local control plane ready in {cluster.ready_seconds:.1f}s at {cluster.server}")
         kube = await Kube.connect(cluster.kubeconfig)
-        print("$ kubectl apply -k config/crd")
-        kubectl(cluster, "apply", "-k", str(ROOT / "config/crd"))
+        for crds in CRD_DIRS:
+            print(f"$ kubectl apply -k {crds}")
+            kubectl(cluster, "apply", "-k", str(ROOT / crds))
         kubectl(cluster, "wait", "--for=condition=Established", "--all", "crd")
         await install_platform_crds(kube, cluster)
         logs = Path(cluster.kubeconfig).parent / "logs"

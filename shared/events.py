@@ -2,6 +2,9 @@
 
 Decides the Event's shape: core/v1, one Event per transition (no aggregation or counting), in the
 object's namespace or, for cluster-scoped objects, a namespace the operator is configured with.
+Events are created through the runtime's ``Writer``, like every other write: a replica that does
+not hold the leader lease posts none (``NotLeader`` propagates, as it does for any write).
+
 Does not decide when to emit: each operator emits on condition transitions only, never every pass.
 """
 
@@ -10,15 +13,23 @@ from __future__ import annotations
 import logging
 import socket
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, Final
 
-from shared.kube import EVENTS, ApiError, Kube
+import httpx
+import kr8s
+
+from shared.kube import EVENTS, ApiError, Obj
+from shared.runtime.writes import Writer
 
 log = logging.getLogger(__name__)
 
+# What "could not be posted" means: refused, timed out, or the connection failed. Anything else
+# (``NotLeader`` above all: this replica must stop writing) propagates.
+POST_FAILURES: Final = (ApiError, httpx.TransportError, kr8s.APITimeoutError, TimeoutError)
+
 
 async def post_event(
-    kube: Kube,
+    writer: Writer,
     obj: Mapping[str, Any],
     *,
     type_: str,
@@ -28,10 +39,30 @@ async def post_event(
     now: str,
     namespace: str | None = None,
 ) -> None:
-    """Best effort: an Event that cannot be posted is logged, never retried or raised."""
+    """Best effort: an Event that could not be posted is logged, never retried or raised."""
+    event = event_body(
+        obj, type_=type_, reason=reason, message=message, component=component, now=now, namespace=namespace
+    )
+    try:
+        await writer.create(EVENTS, event)
+    except POST_FAILURES as error:
+        log.warning("could not post event %s %s: %s", reason, event["involvedObject"]["name"], error)
+
+
+def event_body(
+    obj: Mapping[str, Any],
+    *,
+    type_: str,
+    reason: str,
+    message: str,
+    component: str,
+    now: str,
+    namespace: str | None = None,
+) -> Obj:
+    """The core/v1 Event about ``obj``."""
     metadata = obj.get("metadata", {})
     target_namespace = metadata.get("namespace") or namespace or "default"
-    event = {
+    return {
         "apiVersion": "v1",
         "kind": "Event",
         "metadata": {"generateName": f"{metadata.get('name', 'object')}.", "namespace": target_namespace},
@@ -53,7 +84,3 @@ async def post_event(
         "reportingComponent": component,
         "reportingInstance": socket.gethostname(),
     }
-    try:
-        await kube.create(EVENTS.path(target_namespace), event)
-    except ApiError as error:
-        log.warning("could not post event %s %s: %s", reason, metadata.get("name"), error)

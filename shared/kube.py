@@ -3,6 +3,14 @@
 Decides: how a resource maps to its URL path, which HTTP status means what (404 is "absent", not an
 error; 409 is a conflict the caller decides about), and the content type of each kind of patch.
 
+Also decides how long a call may take: every request has a connect and a read timeout (the
+instance's, by default ``DEFAULT_TIMEOUT``); a watch has its own idle timeout (the longest silence
+between two lines) apart from the server-side ``timeoutSeconds``. A call that gets no answer raises
+one of ``NO_ANSWER``: kr8s's ``APITimeoutError`` for any timeout (kr8s wraps httpx's, also in the
+middle of a watch stream) or httpx's ``TransportError`` for a refused or broken connection; kr8s
+retries only 401/403 (re-authenticating) and TLS verification failures, three times each, so no call
+retries forever.
+
 Does not: cache, retry, or interpret objects. Authentication (kubeconfig, exec plugins, in-cluster
 ServiceAccount tokens) and the HTTP session are kr8s's; everything here is a few lines over
 ``kr8s.asyncio.Api.call_api`` so that objects stay plain dicts the pure cores can read.
@@ -14,7 +22,7 @@ import json
 import warnings
 from collections.abc import AsyncGenerator, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 import httpx
 import kr8s
@@ -32,6 +40,19 @@ _PATCH_CONTENT_TYPES: dict[PatchKind, str] = {
     "strategic": "application/strategic-merge-patch+json",
     "apply": "application/apply-patch+yaml",
 }
+
+
+# The API server answers every call but a watch in well under this; a LIST page of 500 Pods included.
+DEFAULT_READ_TIMEOUT_SECONDS: Final = 30.0
+# A TCP + TLS handshake to a reachable API server takes milliseconds; longer means it is not there.
+DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
+DEFAULT_TIMEOUT: Final = httpx.Timeout(DEFAULT_READ_TIMEOUT_SECONDS, connect=DEFAULT_CONNECT_TIMEOUT_SECONDS)
+# A watch with no idle timeout of its own may stay silent for its whole timeoutSeconds: the server
+# closes it then, so this much more is a dead connection, not a quiet one.
+WATCH_IDLE_GRACE_SECONDS: Final = 10.0
+# What a call that got no answer raises (see the module docstring); ``TimeoutError`` is a caller's
+# own deadline around the call.
+NO_ANSWER: Final = (httpx.TransportError, kr8s.APITimeoutError, TimeoutError)
 
 
 class ApiError(Exception):
@@ -86,20 +107,33 @@ CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebin
 class Kube:
     """Plain-JSON verbs over one authenticated kr8s session."""
 
-    def __init__(self, api: kr8s.asyncio.Api, tracer: trace.Tracer | None = None) -> None:
+    def __init__(
+        self,
+        api: kr8s.asyncio.Api,
+        tracer: trace.Tracer | None = None,
+        *,
+        timeout: httpx.Timeout | None = None,
+    ) -> None:
         self.api = api
         # Every write becomes a child span of the current pass and marks that pass "changed".
         self.tracer = tracer
+        # Per request, never on kr8s's session: kr8s shares one Api (and session) between callers.
+        self.timeout = timeout or DEFAULT_TIMEOUT
 
     @classmethod
-    async def connect(cls, kubeconfig: str | None = None) -> Kube:
+    async def connect(
+        cls,
+        kubeconfig: str | None = None,
+        *,
+        timeout: httpx.Timeout | None = None,  # noqa: ASYNC109 - every request's, not this call's
+    ) -> Kube:
         """From a kubeconfig path, or (None) the usual chain: $KUBECONFIG, ~/.kube/config, in-cluster."""
         with warnings.catch_warnings():
             # kr8s warns about any server newer than the releases it was tested with; the verbs used
             # here are stable v1 REST, so the warning says nothing about this code.
             warnings.filterwarnings("ignore", "Kubernetes version", UserWarning)
             api = await kr8s.asyncio.api(kubeconfig=kubeconfig) if kubeconfig else await kr8s.asyncio.api()
-        return cls(api)
+        return cls(api, timeout=timeout)
 
     async def request(
         self,
@@ -129,7 +163,7 @@ class Kube:
         self, method: str, path: str, body: Any, params: Mapping[str, str] | None, content_type: str
     ) -> Obj:
         base, _, rest = path.lstrip("/").partition("/")
-        kwargs: dict[str, Any] = {"params": dict(params or {})}
+        kwargs: dict[str, Any] = {"params": dict(params or {}), "timeout": self.timeout}
         if body is not None:
             kwargs["content"] = json.dumps(body)
             kwargs["headers"] = {"Content-Type": content_type}
@@ -149,10 +183,26 @@ class Kube:
             raise
 
     async def list(
-        self, path: str, *, label_selector: str = "", field_selector: str = "", limit: int = 0
+        self,
+        path: str,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_: str = "",
+        resource_version: str = "",
     ) -> Obj:
+        """One LIST (page): ``limit`` and ``continue_`` page it (the answer's ``metadata.continue``
+        names the next page); ``resource_version`` as the API defines it ("" = a consistent read)."""
         params = {
-            k: v for k, v in (("labelSelector", label_selector), ("fieldSelector", field_selector)) if v
+            k: v
+            for k, v in (
+                ("labelSelector", label_selector),
+                ("fieldSelector", field_selector),
+                ("continue", continue_),
+                ("resourceVersion", resource_version),
+            )
+            if v
         }
         if limit:
             params["limit"] = str(limit)
@@ -215,8 +265,13 @@ class Kube:
         label_selector: str = "",
         field_selector: str = "",
         timeout_seconds: int = 300,
+        idle_timeout: float | None = None,
     ) -> AsyncGenerator[tuple[str, Obj]]:
-        """One watch request: yields (type, object) until the server closes it."""
+        """One watch request (bookmarks on): yields (type, object) until the server closes it.
+
+        ``timeout_seconds`` is the server's: it ends the watch normally then. ``idle_timeout`` is
+        ours: the longest silence allowed between two reads of the stream (default: the server's
+        timeout plus a grace), after which kr8s's ``APITimeoutError`` is raised."""
         base, _, rest = path.lstrip("/").partition("/")
         params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
         if resource_version:
@@ -225,20 +280,40 @@ class Kube:
             params["labelSelector"] = label_selector
         if field_selector:
             params["fieldSelector"] = field_selector
+        idle = idle_timeout if idle_timeout is not None else timeout_seconds + WATCH_IDLE_GRACE_SECONDS
+        # httpx's read timeout bounds each read of the socket: exactly "silence between two reads".
+        timeout = httpx.Timeout(
+            idle, connect=self.timeout.connect, write=self.timeout.write, pool=self.timeout.pool
+        )
+        loads = json.loads
         try:
             async with self.api.call_api(
-                "GET",
-                version="",
-                base=f"/{base}",
-                url=rest,
-                params=params,
-                stream=True,
-                timeout=httpx.Timeout(timeout_seconds + 10, connect=10),
+                "GET", version="", base=f"/{base}", url=rest, params=params, stream=True, timeout=timeout
             ) as response:
-                async for line in response.aiter_lines():
-                    if line:
-                        event = json.loads(line)
-                        yield event["type"], event["object"]
+                # Lines are split on the newline byte, not with httpx's ``aiter_lines``: that decodes
+                # to text and splits on every Unicode line boundary, U+0085 included, which a JSON
+                # string may carry unescaped; and bytes go to ``json.loads`` as they are.
+                parts: list[bytes] = []  # the start of a line not yet ended
+                async for chunk in response.aiter_bytes():
+                    if b"\n" not in chunk:
+                        parts.append(chunk)
+                        continue
+                    if parts:
+                        parts.append(chunk)
+                        chunk = b"".join(parts)
+                        parts.clear()
+                    lines = chunk.split(b"\n")
+                    rest_of_chunk = lines.pop()
+                    if rest_of_chunk:
+                        parts.append(rest_of_chunk)
+                    for line in lines:
+                        if line:
+                            event = loads(line)
+                            yield event["type"], event["object"]
+                last = b"".join(parts)
+                if last.strip():
+                    event = loads(last)
+                    yield event["type"], event["object"]
         except kr8s.ServerError as error:
             raise _api_error(error) from None
 

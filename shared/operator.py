@@ -1,106 +1,230 @@
-"""How both operators run under kopf: settings, login, and start-up of metrics, health and tracing.
+"""How both operators run: kopf owns the process, the runtime's manager owns the work.
 
-Decides what the two operators must not differ in: each its own kopf finalizer name and annotation
-prefix (never kopf's defaults, never each other's), Events posted by the operators themselves (kopf's
-log-to-Event posting off), no cluster scanning (no CRD or namespace watch, so no permission for it),
-login from the in-cluster ServiceAccount or a kubeconfig, and servers started only when the operator
-starts (never at import). Does not register any operator's handlers.
+Decides what the two operators must not differ in:
+
+* the flags every operator has (kubeconfig, metrics and health ports, leader election, the API
+  timeout and the bound of a stuck reconcile), each with an environment variable as its default,
+  under the operator's own prefix;
+* kopf runs the process (signals, login, start-up and clean-up) with no resource handler at all:
+  every kind is watched by the runtime's informers, so kopf writes nothing to any object. Still,
+  each operator has its own kopf finalizer name and annotation prefix (never kopf's defaults,
+  never each other's), kopf's log-to-Event posting is off and cluster scanning is off (no CRD or
+  namespace watch, so no permission for it);
+* start-up order: metrics and health servers, then the manager (caches, sync barrier, leader
+  election, controllers); on SIGTERM the lease is handed over before the process ends; when the
+  manager fails (the lease lost) the process exits non-zero, so the kubelet restarts it as a
+  standby.
+
+Does not declare any cache or controller (each operator's ``controller.build`` does).
 """
 
 from __future__ import annotations
 
+import argparse
+import asyncio
 import logging
 import os
+import sys
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Final
 
+import httpx
 import kopf
 from prometheus_client import CollectorRegistry
 
-from shared.telemetry.health import Liveness
-from shared.telemetry.metrics import ReconcileMetrics, serve
+from shared.kube import Kube
+from shared.runtime.manager import DEFAULT_STUCK_SECONDS, LeaderElection, Manager
+from shared.telemetry.health import Health
+from shared.telemetry.metrics import serve
 from shared.telemetry.tracing import Tracing, provider_from_env
 
+log = logging.getLogger(__name__)
 
-class NoDiffBase(kopf.AnnotationsDiffBaseStorage):
-    """kopf builds a diff of every object on every event (a deep copy of the whole body) for its
-    change handlers. Both operators register only event handlers, which never see that diff, so
-    building it was most of the per-event cost (a profile of 1,000 pod events): skip it."""
+# Where a Pod finds its own namespace when the Downward API did not set POD_NAMESPACE.
+SERVICEACCOUNT_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
+# Every API call but a watch gets this long to answer; a watch gets bookmarks at least this often.
+DEFAULT_API_TIMEOUT_SECONDS: Final = 30.0
+CONNECT_TIMEOUT_SECONDS: Final = 5.0
 
-    def build(self, *, body: Any, extra_fields: Any = None) -> Any:
-        return {}
 
-    def fetch(self, *, body: Any) -> Any:
-        return None
+@dataclass(frozen=True)
+class RuntimeSettings:
+    kubeconfig: str | None = None
+    metrics_address: str = "0.0.0.0"
+    metrics_port: int = 8080  # 0 turns the metrics server off
+    health_port: int = 8081  # /healthz and /readyz; 0 turns it off
+    leader_elect: bool = True
+    leader_election_namespace: str = ""  # "": $POD_NAMESPACE, else the ServiceAccount's namespace
+    leader_election_id: str = ""
+    api_timeout_seconds: float = DEFAULT_API_TIMEOUT_SECONDS
+    stuck_seconds: float = DEFAULT_STUCK_SECONDS
 
-    def store(self, *, body: Any, patch: Any, essence: Any) -> None:
-        return None
+
+def _bool(text: str) -> bool:
+    return text.strip().lower() in ("1", "true", "yes", "on")
+
+
+def add_runtime_flags(parser: argparse.ArgumentParser, prefix: str, leader_election_id: str) -> None:
+    """The common flags; each defaults to ``<prefix>_<FLAG>`` from the environment."""
+    env = os.environ.get
+    d = RuntimeSettings()
+    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG")
+    parser.add_argument("--metrics-address", default=env(f"{prefix}_METRICS_ADDRESS", d.metrics_address))
+    parser.add_argument(
+        "--metrics-port", type=int, default=int(env(f"{prefix}_METRICS_PORT", str(d.metrics_port)))
+    )
+    parser.add_argument(
+        "--health-port", type=int, default=int(env(f"{prefix}_HEALTH_PORT", str(d.health_port)))
+    )
+    parser.add_argument(
+        "--leader-elect",
+        type=_bool,
+        default=_bool(env(f"{prefix}_LEADER_ELECT", str(d.leader_elect))),
+        help="elect a leader through a Lease (default true); false: this replica always leads",
+    )
+    parser.add_argument(
+        "--leader-election-namespace",
+        default=env(f"{prefix}_LEADER_ELECTION_NAMESPACE", d.leader_election_namespace),
+    )
+    parser.add_argument(
+        "--leader-election-id", default=env(f"{prefix}_LEADER_ELECTION_ID", leader_election_id)
+    )
+    parser.add_argument(
+        "--api-timeout-seconds",
+        type=float,
+        default=float(env(f"{prefix}_API_TIMEOUT_SECONDS", str(d.api_timeout_seconds))),
+    )
+    parser.add_argument(
+        "--stuck-seconds",
+        type=float,
+        default=float(env(f"{prefix}_STUCK_SECONDS", str(d.stuck_seconds))),
+        help="liveness fails when one reconcile has run this long",
+    )
+
+
+def runtime_settings(args: argparse.Namespace) -> RuntimeSettings:
+    return RuntimeSettings(
+        kubeconfig=args.kubeconfig or None,
+        metrics_address=args.metrics_address,
+        metrics_port=args.metrics_port,
+        health_port=args.health_port,
+        leader_elect=args.leader_elect,
+        leader_election_namespace=args.leader_election_namespace,
+        leader_election_id=args.leader_election_id,
+        api_timeout_seconds=args.api_timeout_seconds,
+        stuck_seconds=args.stuck_seconds,
+    )
+
+
+def own_namespace(environ: Mapping[str, str] = os.environ) -> str:
+    if environ.get("POD_NAMESPACE"):
+        return environ["POD_NAMESPACE"]
+    try:
+        return SERVICEACCOUNT_NAMESPACE_FILE.read_text().strip() or "default"
+    except OSError:
+        return "default"
 
 
 def kopf_settings(kopf_finalizer: str, storage_prefix: str) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = kopf_finalizer
     settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=storage_prefix)
-    settings.persistence.diffbase_storage = NoDiffBase(prefix=storage_prefix)
+    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=storage_prefix)
     settings.posting.enabled = False
     settings.scanning.disabled = True
-    settings.watching.server_timeout = 600
     return settings
 
 
-def add_login(registry: kopf.OperatorRegistry) -> None:
-    @kopf.on.login(registry=registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
-
-
-@dataclass
-class Telemetry:
-    """One operator's tracing, common reconcile metrics and liveness, built from its settings."""
-
-    tracing: Tracing
-    registry: CollectorRegistry
-    reconciles: ReconcileMetrics
-    liveness: Liveness
-
-    @classmethod
-    def create(cls, operator: str, registry: CollectorRegistry, silence_seconds: float = 0.0) -> Telemetry:
-        tracing = Tracing(provider_from_env(f"cozystack-{operator}-operator"), f"cozystack.{operator}")
-        reconciles = ReconcileMetrics(operator, registry)
-        return cls(
-            tracing,
-            registry,
-            reconciles,
-            Liveness(reconciles.last_event_age, silence_seconds=silence_seconds),
-        )
-
-
 @dataclass(frozen=True)
-class Endpoints:
-    address: str
-    metrics_port: int
-    health_port: int
+class Identity:
+    """What names one operator: its metrics/trace name and kopf's markers (ours, never shared)."""
+
+    name: str  # "gpuclass" | "endpointattachment"
+    kopf_finalizer: str
+    storage_prefix: str
 
 
 def run(
-    registry: kopf.OperatorRegistry,
-    settings: kopf.OperatorSettings,
-    telemetry: Telemetry,
-    endpoints: Endpoints,
-    kubeconfig: str | None,
-) -> None:
-    """Serve metrics and health, then run kopf until it is stopped (SIGTERM, SIGINT)."""
-    if kubeconfig:
-        os.environ["KUBECONFIG"] = kubeconfig  # kopf's login and kr8s both read it from there
+    identity: Identity,
+    settings: RuntimeSettings,
+    build: Callable[[Manager, CollectorRegistry], None],
+) -> int:
+    """Serve metrics and health, then run kopf (and in it the manager) until stopped."""
+    if settings.kubeconfig:
+        os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login and kr8s both read it there
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     logging.getLogger("httpx").setLevel(logging.WARNING)
-    # kopf logs "Handler ... succeeded" for every watch event at INFO: a line per Pod change.
-    logging.getLogger("kopf.objects").setLevel(logging.WARNING)
-    serve(telemetry.registry, endpoints.address, endpoints.metrics_port)
-    telemetry.liveness.serve(endpoints.address, endpoints.health_port)
+    registry = CollectorRegistry(auto_describe=True)
+    tracing = Tracing(provider_from_env(f"cozystack-{identity.name}-operator"), f"cozystack.{identity.name}")
+    holder: dict[str, Any] = {}
+    health = Health(
+        live=[lambda: holder["manager"].liveness_problem() if "manager" in holder else None],
+        ready=[lambda: holder["manager"].readiness_problem() if "manager" in holder else "starting"],
+    )
+    serve(registry, settings.metrics_address, settings.metrics_port)
+    health.serve(settings.metrics_address, settings.health_port)
+    stop = asyncio.Event()
+    exit_code = 0
+    kopf_registry = kopf.OperatorRegistry()
+
+    @kopf.on.login(registry=kopf_registry)
+    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
+        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+
+    @kopf.on.startup(registry=kopf_registry)
+    async def startup(**_: Any) -> None:
+        timeout = httpx.Timeout(settings.api_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
+        kube = await Kube.connect(settings.kubeconfig, timeout=timeout)
+        kube.tracer = tracing.tracer
+        election = LeaderElection(
+            enabled=settings.leader_elect,
+            namespace=settings.leader_election_namespace or own_namespace(),
+            name=settings.leader_election_id or f"cozystack-{identity.name}-operator",
+        )
+        manager = Manager(
+            kube, registry, tracing, leader_election=election, stuck_seconds=settings.stuck_seconds
+        )
+        build(manager, registry)
+        holder["manager"] = manager
+
+        def finished(task: asyncio.Task[None]) -> None:
+            nonlocal exit_code
+            if not task.cancelled() and task.exception() is not None:
+                log.error("stopping: %s", task.exception())
+                exit_code = 1
+                stop.set()
+
+        holder["tasks"] = [
+            asyncio.create_task(manager.run(), name="manager"),
+            asyncio.create_task(health.heartbeat(), name="heartbeat"),
+        ]
+        holder["tasks"][0].add_done_callback(finished)
+
+    @kopf.on.cleanup(registry=kopf_registry)
+    async def cleanup(**_: Any) -> None:
+        if "manager" in holder:
+            await holder["manager"].release()
+        for task in holder.get("tasks", []):
+            task.cancel()
+
     try:
-        kopf.run(registry=registry, settings=settings, clusterwide=True, standalone=True)
+        kopf.run(
+            registry=kopf_registry,
+            settings=kopf_settings(identity.kopf_finalizer, identity.storage_prefix),
+            clusterwide=True,
+            standalone=True,
+            stop_flag=stop,
+        )
     finally:
-        shutdown = getattr(telemetry.tracing.provider, "shutdown", None)
+        shutdown = getattr(tracing.provider, "shutdown", None)
         if callable(shutdown):
             shutdown()  # flush the last spans
+    return exit_code
+
+
+def main(
+    identity: Identity, settings: RuntimeSettings, build: Callable[[Manager, CollectorRegistry], None]
+) -> None:
+    sys.exit(run(identity, settings, build))

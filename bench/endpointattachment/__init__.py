@@ -33,11 +33,11 @@ from tests.support.manifests import apply_all, load
 
 CRD_FILES = (
     "tests/fixtures/helmrelease-crd.yaml",
-    "config/crd/local.sdn.cozystack.io_endpointattachments.yaml",
-    "config/crd/local.sdn.cozystack.io_ipaddressclaims.yaml",
-    "config/crd/local.sdn.cozystack.io_ipaddressclasses.yaml",
-    "config/crd/local.sdn.cozystack.io_ipaddressallocations.yaml",
-    "config/crd/local.sdn.cozystack.io_serviceproxies.yaml",
+    "config/crd/endpointattachment/local.sdn.cozystack.io_endpointattachments.yaml",
+    "config/crd/endpointattachment/local.sdn.cozystack.io_ipaddressclaims.yaml",
+    "config/crd/endpointattachment/local.sdn.cozystack.io_ipaddressclasses.yaml",
+    "config/crd/endpointattachment/local.sdn.cozystack.io_ipaddressallocations.yaml",
+    "config/crd/endpointattachment/local.sdn.cozystack.io_serviceproxies.yaml",
 )
 
 

@@ -28,7 +28,6 @@ the requests the API server counted by verb and resource (``apiserver_request_to
 from __future__ import annotations
 
 import asyncio
-import bisect
 import contextlib
 import dataclasses
 import ipaddress
@@ -57,7 +56,7 @@ from operators.endpointattachment.constants import (
     ENDPOINT_ATTACHMENT_KIND,
     METALLB_IPS_ANNOTATION,
 )
-from operators.endpointattachment.handlers import FINALIZER
+from operators.endpointattachment.controller import FINALIZER
 from operators.endpointattachment.render import class_settings, render_service, service_name
 from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
 from tests.ea_builders import (
@@ -480,9 +479,9 @@ async def _measure(
     phase = Phase(
         driven,
         cpu,
-        passes=_metric(after, before, "endpointattachment_reconcile_total"),
-        pass_seconds=_metric(after, before, "endpointattachment_reconcile_duration_seconds_sum"),
-        errors=_metric(after, before, "endpointattachment_reconcile_total", result="error"),
+        passes=_metric(after, before, "controller_runtime_reconcile_total"),
+        pass_seconds=_metric(after, before, "controller_runtime_reconcile_time_seconds_sum"),
+        errors=_metric(after, before, "controller_runtime_reconcile_total", result="error"),
         class_writes=seen.class_writes[writes_before:],
         requests=served_after - served,
     )
@@ -609,15 +608,13 @@ def _rows(options: AttachOptions, phase: Phase, base: Phase, seen: Observers) ->
                 f"mean {duration(phase.pass_seconds / phase.passes)}; {phase.errors:.0f} errors",
             )
         )
-    # Each status write to the class wakes every attachment of the class that exists by then (the
-    # operator's World.attachments_affected_by("class")): how many passes that asks for, at most.
-    created = sorted(driven.created_at.values())
-    woken = sum(bisect.bisect_right(created, moment) for moment in phase.class_writes)
+    # A status-only write to the class wakes no attachment (the operator's wiring filters it by
+    # generation): how many there were, as context for the class controller's debounce.
     rows.append(
         Row(
             f"context: status writes to IPAddressClass {CLASS_NAME} (watched)",
             f"{len(phase.class_writes):,}",
-            ratio=f"each wakes every attachment of the class: {woken:,} wake-ups in all",
+            ratio=f"{len(phase.class_writes) / max(1, len(ready)):.2f} per attachment; they wake no pass",
         )
     )
     writes, breakdown = _writes_row(phase, base, len(driven.created_at))

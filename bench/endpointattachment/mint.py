@@ -33,7 +33,7 @@ from typing import Any
 
 from bench.endpointattachment.report import Row, ratio
 from operators.endpointattachment.addresses import InvalidAddress, allocation_name, pool_of
-from operators.endpointattachment.allocator import ALLOCATIONS
+from operators.endpointattachment.world import ALLOCATIONS
 from shared.kube import ApiError, Kube, Obj
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -39,7 +39,9 @@ from operators.endpointattachment.addresses import (
     start_offset,
 )
 from operators.endpointattachment.constants import ENDPOINT_ATTACHMENT_KIND
+from operators.endpointattachment.world import ALLOCATIONS
 from shared.kube import ApiError, Kube
+from shared.runtime.writes import Writer
 
 HOLDER_NAMESPACE = "bench-ea-mint"
 GO_TIMEOUT = 120.0
@@ -66,6 +68,7 @@ def holder_uid(run_id: str, worker: int, index: int) -> str:
 async def mint_all(kube: Kube, report: WorkerReport, args: argparse.Namespace) -> None:
     pool = pool_of({"cidrs": [args.cidr]})
     taken: set[str] = set()  # what this worker has seen taken, and only that
+    writer = Writer(kube, lambda _: None)  # no cache to write through: this worker keeps ``taken``
     for index in range(args.holders):
         uid = holder_uid(args.run_id, args.worker, index)
         holder = Holder(ENDPOINT_ATTACHMENT_KIND, HOLDER_NAMESPACE, f"w{args.worker}-{index:05d}", uid)
@@ -77,7 +80,9 @@ async def mint_all(kube: Kube, report: WorkerReport, args: argparse.Namespace) -
                 report.exhausted += 1
                 break
             try:
-                outcome, _ = await allocator.mint(kube, allocation_manifest(choice, args.class_name, holder))
+                outcome, _ = await allocator.mint(
+                    writer, allocation_manifest(choice, args.class_name, holder)
+                )
             except ApiError as error:
                 report.errors.append(f"{choice}: {error}")
                 break
@@ -97,9 +102,7 @@ async def create_plain(kube: Kube, report: WorkerReport, args: argparse.Namespac
         uid = holder_uid(args.run_id, args.worker, index)
         holder = Holder(ENDPOINT_ATTACHMENT_KIND, HOLDER_NAMESPACE, f"w{args.worker}-{index:05d}", uid)
         try:
-            await kube.create(
-                allocator.ALLOCATIONS.path(), allocation_manifest(address, args.class_name, holder)
-            )
+            await kube.create(ALLOCATIONS.path(), allocation_manifest(address, args.class_name, holder))
         except ApiError as error:
             if error.status == 409:
                 report.conflicts += 1
@@ -117,7 +120,7 @@ def wait_for_go() -> None:
 
 async def work(args: argparse.Namespace) -> WorkerReport:
     kube = await Kube.connect(args.kubeconfig)
-    await kube.list(allocator.ALLOCATIONS.path())  # the session is open before the clock starts
+    await kube.list(ALLOCATIONS.path())  # the session is open before the clock starts
     report = WorkerReport(worker=args.worker, mode=args.mode)
     print("ready", flush=True)
     await asyncio.to_thread(wait_for_go)

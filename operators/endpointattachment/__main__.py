@@ -1,31 +1,28 @@
-"""python -m operators.endpointattachment: read settings, serve metrics and health, run the operator.
+"""python -m operators.endpointattachment: read the settings, then run the operator.
 
-Cluster-wide and standalone (one replica, Recreate): the API server's name uniqueness already makes
-minting safe across processes, but one writer per attachment keeps passes simple to reason about.
+Decides only the operator's identity (its name, kopf's finalizer and annotation prefix) and hands
+the rest to ``shared.operator``: kopf runs the process, the runtime's manager runs the caches, the
+leader election and the controllers ``controller.build`` declares.
+
+Does not: declare any cache or controller itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
-from prometheus_client import CollectorRegistry
-
-from operators.endpointattachment.handlers import Operator, build_registry, operator_settings
-from operators.endpointattachment.metrics import WorldCollector
+from operators.endpointattachment.controller import KOPF_FINALIZER, STORAGE_PREFIX, build
 from operators.endpointattachment.settings import parse
-from shared.operator import Endpoints, Telemetry, run
+from shared.operator import Identity
+from shared.operator import main as run_operator
+
+IDENTITY: Final = Identity("endpointattachment", KOPF_FINALIZER, STORAGE_PREFIX)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse(argv)
-    registry = CollectorRegistry(auto_describe=True)
-    telemetry = Telemetry.create(
-        "endpointattachment", registry, silence_seconds=settings.watch_silence_seconds
-    )
-    operator = Operator(settings=settings, telemetry=telemetry)
-    registry.register(WorldCollector(operator.world))
-    endpoints = Endpoints(settings.metrics_address, settings.metrics_port, settings.health_port)
-    run(build_registry(operator), operator_settings(), telemetry, endpoints, settings.kubeconfig)
+    run_operator(IDENTITY, settings.runtime, lambda manager, registry: build(manager, registry, settings))
 
 
 if __name__ == "__main__":

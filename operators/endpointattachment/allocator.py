@@ -1,19 +1,25 @@
 """Mint, bind and release addresses through the API (glue): the API server is the lock.
 
-Decides how each address operation maps to API calls so that no address is ever handed out twice:
+Decides: how each address operation maps to API calls so that no address is ever handed out twice:
 
 * mint: create the ``IPAddressAllocation`` named by the address. 201 means it is ours. 409 means the
   name is taken: read it, and if its holder UID is ours (a crash between create and status write,
-  or a stale cache) it is ours after all; otherwise the caller passes again with it counted as taken.
+  or a stale cache) it is ours after all; otherwise the caller passes again with it counted as taken
+  (what was read goes into the cache, so the next round of the pass sees it taken).
 * bind a claim: record the attachment in the claim's ``status.attachment`` with a JSON patch that
   first tests the claim's resourceVersion, so of two attachments racing for one claim exactly one
-  write succeeds (optimistic concurrency); the loser sees ``ClaimInUse`` on its next pass.
+  write succeeds (optimistic concurrency); the loser's pass is a ``Conflict``, run again once the
+  caches caught up, and sees ``ClaimInUse``.
 * release: delete an allocation with a UID precondition (never a newer allocation of the same
   address), and clear a claim's use only if it still names this attachment (test on the UID).
 * repair: delete allocations whose holder is gone or has another UID, after a grace period, and
   only after asking the API (not the cache) that the holder is really gone.
 
-Does not decide which address, or whether to mint: the pure ``reconcile`` and ``claims`` plans do.
+Every write goes through the runtime's ``Writer``: refused unless this replica leads, stamped with
+the pass's traceparent, and its answer put into the cache at once (write-through). An allocation
+carries no finalizer, so a successful delete is the end of it: it leaves the cache at once too.
+
+Does not: decide which address, or whether to mint (the pure ``reconcile`` and ``claims`` plans do).
 """
 
 from __future__ import annotations
@@ -23,21 +29,16 @@ from collections.abc import Mapping
 from enum import StrEnum
 from typing import Any
 
-from operators.endpointattachment.constants import (
-    API_VERSION,
-    ENDPOINT_ATTACHMENT_KIND,
-    ENDPOINT_ATTACHMENT_PLURAL,
-    IP_ADDRESS_ALLOCATION_PLURAL,
-    IP_ADDRESS_CLAIM_KIND,
-    IP_ADDRESS_CLAIM_PLURAL,
-)
-from shared.kube import ApiError, Kube, Obj, Resource
+from operators.endpointattachment.constants import ENDPOINT_ATTACHMENT_KIND, IP_ADDRESS_CLAIM_KIND
+from operators.endpointattachment.world import ALLOCATIONS, ATTACHMENTS, CLAIMS
+from shared.conditions import JsonPatch
+from shared.kube import ApiError, Obj
+from shared.runtime.cache import key_of
+from shared.runtime.controller import Conflict
+from shared.runtime.writes import Writer
 
 log = logging.getLogger(__name__)
 
-ALLOCATIONS = Resource(API_VERSION, IP_ADDRESS_ALLOCATION_PLURAL, namespaced=False)
-CLAIMS = Resource(API_VERSION, IP_ADDRESS_CLAIM_PLURAL)
-ATTACHMENTS = Resource(API_VERSION, ENDPOINT_ATTACHMENT_PLURAL)
 HOLDER_RESOURCES = {ENDPOINT_ATTACHMENT_KIND: ATTACHMENTS, IP_ADDRESS_CLAIM_KIND: CLAIMS}
 
 
@@ -46,63 +47,59 @@ class Minted(StrEnum):
     TAKEN = "taken"  # held by someone else: try another candidate
 
 
-async def mint(kube: Kube, allocation: Mapping[str, Any]) -> tuple[Minted, Obj]:
+async def mint(writer: Writer, allocation: Mapping[str, Any]) -> tuple[Minted, Obj]:
     """Create the allocation; returns whether the address is ours and the stored allocation."""
     name = allocation["metadata"]["name"]
     try:
-        return Minted.OURS, await kube.create(ALLOCATIONS.path(), allocation)
+        return Minted.OURS, await writer.create(ALLOCATIONS, allocation)
     except ApiError as error:
         if error.status != 409:
             raise
-    existing = await kube.get(ALLOCATIONS.path(name=name))
+    existing = await writer.kube.get(ALLOCATIONS.path(name=name))
     if existing is None:  # released between our create and our read: the next pass tries again
         return Minted.TAKEN, {}
+    writer.remember(ALLOCATIONS, existing)  # counted as taken from the next round on
     ours = existing.get("spec", {}).get("holder", {}).get("uid") == allocation["spec"]["holder"]["uid"]
     return (Minted.OURS if ours else Minted.TAKEN), existing
 
 
-async def release(kube: Kube, allocation: Mapping[str, Any]) -> None:
-    metadata = allocation["metadata"]
-    await kube.delete(ALLOCATIONS.path(name=metadata["name"]), uid=metadata["uid"])
+async def release(writer: Writer, allocation: Mapping[str, Any]) -> None:
+    """Delete exactly this allocation (UID precondition) and drop it from the cache."""
+    await writer.delete(ALLOCATIONS, allocation)
+    informer = writer.informer_of(ALLOCATIONS)
+    if informer is not None:
+        informer.forget(key_of(allocation))
 
 
-async def bind_claim(kube: Kube, claim: Mapping[str, Any], user: Mapping[str, str]) -> Obj | None:
-    """Record ``user`` on the claim; None when the claim changed under us (pass again)."""
-    metadata = claim["metadata"]
-    ops = [
-        {"op": "test", "path": "/metadata/resourceVersion", "value": metadata["resourceVersion"]},
+async def bind_claim(writer: Writer, claim: Mapping[str, Any], user: Mapping[str, str]) -> Obj | None:
+    """Record ``user`` on the claim, only if the claim is still the version we decided from; a claim
+    changed under us is a ``Conflict``; None when the claim is gone."""
+    ops: JsonPatch = [
+        {"op": "test", "path": "/metadata/resourceVersion", "value": claim["metadata"]["resourceVersion"]},
         {"op": "add", "path": "/status/attachment", "value": dict(user)},
     ]
     if not claim.get("status"):
         ops.insert(1, {"op": "add", "path": "/status", "value": {}})
-    try:
-        return await kube.patch(CLAIMS.path(metadata["namespace"], metadata["name"]) + "/status", ops)
-    except ApiError as error:
-        if error.status in (409, 422, 404):
-            return None
-        raise
+    return await writer.patch_status(CLAIMS, claim, ops)
 
 
-async def unbind_claim(kube: Kube, claim: Mapping[str, Any], user_uid: str) -> Obj | None:
-    """Clear the claim's use if it is still ours; None when it no longer names us."""
-    metadata = claim["metadata"]
-    ops = [
+async def unbind_claim(writer: Writer, claim: Mapping[str, Any], user_uid: str) -> Obj | None:
+    """Clear the claim's use if it is still ours; None when it no longer names us (or is gone)."""
+    ops: JsonPatch = [
         {"op": "test", "path": "/status/attachment/uid", "value": user_uid},
         {"op": "remove", "path": "/status/attachment"},
     ]
     try:
-        return await kube.patch(CLAIMS.path(metadata["namespace"], metadata["name"]) + "/status", ops)
-    except ApiError as error:
-        if error.status in (404, 422):
-            return None
-        raise
+        return await writer.patch_status(CLAIMS, claim, ops)
+    except Conflict:
+        return None  # another user, or another incarnation of the claim: nothing of ours to clear
 
 
-async def holder_is_gone(kube: Kube, allocation: Mapping[str, Any]) -> bool:
+async def holder_is_gone(writer: Writer, allocation: Mapping[str, Any]) -> bool:
     """Ask the API, not a cache: is the allocation's holder (with that UID) gone?"""
     holder = allocation.get("spec", {}).get("holder", {})
     resource = HOLDER_RESOURCES.get(str(holder.get("kind")))
     if resource is None:
         return False  # a holder kind we do not know: never ours to judge
-    current = await kube.get(resource.path(holder.get("namespace"), holder.get("name")))
+    current = await writer.kube.get(resource.path(holder.get("namespace"), holder.get("name")))
     return current is None or current.get("metadata", {}).get("uid") != holder.get("uid")

@@ -50,6 +50,7 @@ the objects, already narrowed as documented on ``Observed``.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
 from enum import StrEnum
 from typing import Any
@@ -134,7 +135,8 @@ class Observed:
       claim's ``spec.className`` when binding a claim).
     - ``claim``: the IPAddressClaim named by ``spec.address.claimName`` in the attachment's namespace.
     - ``held_address``: the address of the IPAddressAllocation whose holder UID is this attachment's.
-    - ``taken_addresses``: canonical text of every allocated address (any class, any holder).
+    - ``taken_addresses``: canonical text of every allocated address (any class, any holder); only
+      membership is asked, so the glue may pass a view over its index instead of a copy.
     - ``service``: the Service with the rendered name (``render.service_name``), whoever owns it.
     - ``endpoint_slices``: the EndpointSlices of the endpoint Service.
     - ``proxied_services``: every Service delegated to a proxy that may share backends with us.
@@ -148,7 +150,7 @@ class Observed:
     claim: Mapping[str, Any] | None = None
     service_proxies: Sequence[Mapping[str, Any]] = ()
     held_address: str | None = None
-    taken_addresses: frozenset[str] = frozenset()
+    taken_addresses: AbstractSet[str] = frozenset()
     service: Mapping[str, Any] | None = None
     endpoint_slices: Sequence[Mapping[str, Any]] = ()
     proxied_services: Sequence[ProxiedService] = ()

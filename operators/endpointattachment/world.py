@@ -1,417 +1,411 @@
-"""What the EndpointAttachment operator has observed: watch caches with the indexes a pass needs.
+"""What the EndpointAttachment operator has observed: the kinds it caches, their named indexes, and
+the read view a pass assembles its ``Observed`` from.
 
-Decides: how watched objects are kept (one dict per kind, updated from watch events and from the
-answers of our own writes, so a pass right after a write sees it), which attachments a change to
-any other object wakes, and how the ``Observed`` of one attachment (or ``ClaimObserved`` of one claim)
-is assembled from the caches, without any LIST.
+Decides: every kind the operator caches (``RESOURCES``) and the named indexes each cache keeps
+(``INDEXERS``: the runtime's ``Store`` files every object under its index values on each change, so a
+pass or a wake-up never scans every object); what each query of the read view ``World`` answers
+(the allocation an object holds, the taken addresses, an endpoint's slices, the proxied Services with
+their backends and rank, the application of an endpoint, the live holders of allocations); and how
+the ``Observed`` of one attachment is assembled from the caches, without any LIST.
 
-Does not: talk to the API, decide anything about an attachment, or trust a label for ownership: the
-rendered Service is found by its name and judged by its controller reference in ``reconcile``.
+Does not: talk to the API or keep any object itself (the runtime's informers fill the stores, from
+watches and from the answers of our own writes), decide which pass a change wakes (``controller``'s
+map functions do), decide anything about an attachment, or trust a label for ownership: the rendered
+Service is found by its name and judged by its controller reference in ``reconcile``.
 """
 
 from __future__ import annotations
 
 import contextlib
-from collections import defaultdict
-from collections.abc import Iterator, Mapping
-from dataclasses import dataclass, field
-from typing import Any
+from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Set as AbstractSet
+from typing import Any, Final
 
 from operators.endpointattachment.addresses import InvalidAddress, canonical
 from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
+    API_VERSION,
     ENDPOINT_ATTACHMENT_KIND,
+    ENDPOINT_ATTACHMENT_PLURAL,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
+    HELMRELEASE_API_VERSION,
+    HELMRELEASE_PLURAL,
+    IP_ADDRESS_ALLOCATION_PLURAL,
+    IP_ADDRESS_CLAIM_KIND,
+    IP_ADDRESS_CLAIM_PLURAL,
+    IP_ADDRESS_CLASS_PLURAL,
     MODE_STANDARD,
     SERVICE_PROXY_NAME_LABEL,
+    SERVICE_PROXY_PLURAL,
 )
 from operators.endpointattachment.datapath import ProxiedService, rank_of, ready_backends
 from operators.endpointattachment.reconcile import Observed
 from operators.endpointattachment.render import service_name
+from shared.kube import ENDPOINT_SLICES, NAMESPACES, SERVICES, Resource
 from shared.lineage import application_of, belongs_to
 from shared.ownership import sole_controller
+from shared.runtime.cache import Indexer, Key, Obj, Store, key_of
+from shared.runtime.controller import Caches, StaticCaches
 
-Key = tuple[str, str]  # (namespace, name); cluster-scoped objects use "" as namespace
-_NAMESPACED = frozenset({"attachment", "claim", "service", "slice", "helmrelease"})
-Obj = Mapping[str, Any]
+# --- the cached kinds ------------------------------------------------------------------------------
+
+ATTACHMENTS: Final = Resource(API_VERSION, ENDPOINT_ATTACHMENT_PLURAL)
+CLAIMS: Final = Resource(API_VERSION, IP_ADDRESS_CLAIM_PLURAL)
+CLASSES: Final = Resource(API_VERSION, IP_ADDRESS_CLASS_PLURAL, namespaced=False)
+ALLOCATIONS: Final = Resource(API_VERSION, IP_ADDRESS_ALLOCATION_PLURAL, namespaced=False)
+PROXIES: Final = Resource(API_VERSION, SERVICE_PROXY_PLURAL, namespaced=False)
+HELMRELEASES: Final = Resource(HELMRELEASE_API_VERSION, HELMRELEASE_PLURAL)
+# Every kind a pass or a wake-up reads; nothing else is watched.
+RESOURCES: Final = (
+    ATTACHMENTS,
+    CLAIMS,
+    CLASSES,
+    ALLOCATIONS,
+    PROXIES,
+    SERVICES,
+    ENDPOINT_SLICES,
+    HELMRELEASES,
+    NAMESPACES,
+)
+
+# --- index names (the value each object is filed under is in the comment) --------------------------
+
+# (namespace, spec.endpoint.name): the attachments a change of that Service (or its slices) concerns.
+BY_ENDPOINT: Final = "endpoint"
+# The class an object takes its address from: an attachment's spec.address.className, a claim's or an
+# allocation's spec.className.
+BY_CLASS: Final = "class"
+# (namespace, spec.address.claimName): the attachments that use a claim.
+BY_CLAIM: Final = "claim"
+# metadata.namespace: the attachments (claims, HelmReleases) a namespace's labels concern.
+BY_NAMESPACE: Final = "namespace"
+# metadata.uid: an attachment by the UID a claim records as its user.
+BY_UID: Final = "uid"
+# (namespace, rendered Service name): the attachment a squatter on that name keeps dark.
+BY_RENDERED_SERVICE: Final = "rendered-service"
+# True for attachments in a VM mode: the only ones proxied Services and every slice concern.
+VM_MODE: Final = "vm-mode"
+# status.attachment.uid of a claim: the claims an attachment's disappearance may free.
+BY_USER: Final = "user"
+# spec.holder.uid of an allocation: what an attachment or a claim holds.
+BY_HOLDER: Final = "holder"
+# The canonical text of an allocation's address: whether an address is taken, in one lookup.
+BY_ADDRESS: Final = "address"
+# True for Services delegated to a datapath proxy (exclusivity is judged among them).
+PROXIED: Final = "proxied"
+# (namespace, kubernetes.io/service-name) of an EndpointSlice: the slices of one Service.
+BY_SERVICE: Final = "service"
 
 
-def key_of(obj: Obj) -> Key:
-    metadata = obj.get("metadata") or {}
-    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+def _spec(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("spec") or {}
 
 
-def labels(obj: Obj) -> Mapping[str, str]:
-    return (obj.get("metadata") or {}).get("labels") or {}
+def _metadata(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
 
 
-@dataclass
+def labels(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _metadata(obj).get("labels") or {}
+
+
+def address_spec(attachment: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _spec(attachment).get("address") or {}
+
+
+def endpoint_name(attachment: Mapping[str, Any]) -> str:
+    return str((_spec(attachment).get("endpoint") or {}).get("name"))
+
+
+def in_vm_mode(attachment: Mapping[str, Any]) -> bool:
+    return (_spec(attachment).get("mode") or MODE_STANDARD) != MODE_STANDARD
+
+
+def holder_of(allocation: Mapping[str, Any]) -> Mapping[str, Any]:
+    return _spec(allocation).get("holder") or {}
+
+
+def _namespace(obj: Obj) -> list[str]:
+    return [key_of(obj)[0]]
+
+
+def _uid(obj: Obj) -> list[str]:
+    uid = _metadata(obj).get("uid")
+    return [str(uid)] if uid else []
+
+
+def _attachment_endpoint(obj: Obj) -> list[Key]:
+    return [(key_of(obj)[0], endpoint_name(obj))]
+
+
+def _attachment_class(obj: Obj) -> list[str]:
+    class_name = address_spec(obj).get("className")
+    return [str(class_name)] if class_name else []
+
+
+def _attachment_claim(obj: Obj) -> list[Key]:
+    claim_name = address_spec(obj).get("claimName")
+    return [(key_of(obj)[0], str(claim_name))] if claim_name else []
+
+
+def _attachment_rendered_service(obj: Obj) -> list[Key]:
+    namespace, name = key_of(obj)
+    return [(namespace, service_name(name))]
+
+
+def _attachment_vm_mode(obj: Obj) -> list[bool]:
+    return [True] if in_vm_mode(obj) else []
+
+
+def _spec_class(obj: Obj) -> list[str]:
+    class_name = _spec(obj).get("className")
+    return [str(class_name)] if class_name else []
+
+
+def _claim_user(obj: Obj) -> list[str]:
+    user = ((obj.get("status") or {}).get("attachment") or {}).get("uid")
+    return [str(user)] if user else []
+
+
+def _allocation_holder(obj: Obj) -> list[str]:
+    uid = holder_of(obj).get("uid")
+    return [str(uid)] if uid else []
+
+
+def _allocation_address(obj: Obj) -> list[str]:
+    # The CRD refuses unreadable addresses; one that slipped in holds nothing we could mint.
+    with contextlib.suppress(InvalidAddress):
+        return [canonical(str(_spec(obj).get("address")))]
+    return []
+
+
+def _service_proxied(obj: Obj) -> list[bool]:
+    return [True] if SERVICE_PROXY_NAME_LABEL in labels(obj) else []
+
+
+def _slice_service(obj: Obj) -> list[Key]:
+    service = labels(obj).get(ENDPOINTSLICE_SERVICE_NAME_LABEL)
+    return [(key_of(obj)[0], service)] if service else []
+
+
+# The named indexes of each cache; ``build`` and the tests make their stores from these alone.
+INDEXERS: Final[Mapping[Resource, Mapping[str, Indexer]]] = {
+    ATTACHMENTS: {
+        BY_ENDPOINT: _attachment_endpoint,
+        BY_CLASS: _attachment_class,
+        BY_CLAIM: _attachment_claim,
+        BY_NAMESPACE: _namespace,
+        BY_UID: _uid,
+        BY_RENDERED_SERVICE: _attachment_rendered_service,
+        VM_MODE: _attachment_vm_mode,
+    },
+    CLAIMS: {BY_CLASS: _spec_class, BY_NAMESPACE: _namespace, BY_USER: _claim_user},
+    ALLOCATIONS: {BY_HOLDER: _allocation_holder, BY_CLASS: _spec_class, BY_ADDRESS: _allocation_address},
+    SERVICES: {PROXIED: _service_proxied},
+    ENDPOINT_SLICES: {BY_SERVICE: _slice_service},
+    HELMRELEASES: {BY_NAMESPACE: _namespace},
+}
+
+
+def slim(obj: Obj) -> Obj:
+    """What a cache keeps of an object: everything but ``managedFields``, which no pass reads and
+    which is often the largest part of a Service or an EndpointSlice."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return obj
+
+
+def empty_stores() -> dict[Resource, Store]:
+    """One empty store per cached kind, with the indexes ``build`` declares (tests, metrics checks)."""
+    return {resource: Store(INDEXERS.get(resource)) for resource in RESOURCES}
+
+
+class TakenAddresses(AbstractSet[str]):
+    """Canonical text of every allocated address (any class, any holder), answered from the
+    allocations' address index: a membership test is one lookup, whatever the number of allocations,
+    and nothing is rebuilt when an allocation changes."""
+
+    def __init__(self, allocations: Store) -> None:
+        self._allocations = allocations
+
+    def __contains__(self, address: object) -> bool:
+        return isinstance(address, str) and bool(self._allocations.index_keys(BY_ADDRESS, address))
+
+    def __iter__(self) -> Iterator[str]:
+        return iter({a for obj in list(self._allocations.values()) for a in _allocation_address(obj)})
+
+    def __len__(self) -> int:
+        return sum(1 for _ in self)
+
+
 class World:
-    attachments: dict[Key, Obj] = field(default_factory=dict)
-    claims: dict[Key, Obj] = field(default_factory=dict)
-    classes: dict[str, Obj] = field(default_factory=dict)
-    allocations: dict[str, Obj] = field(default_factory=dict)
-    proxies: dict[str, Obj] = field(default_factory=dict)
-    services: dict[Key, Obj] = field(default_factory=dict)
-    slices: dict[Key, Obj] = field(default_factory=dict)
-    helmreleases: dict[Key, Obj] = field(default_factory=dict)
-    namespace_labels: dict[str, Mapping[str, str]] = field(default_factory=dict)
-    # indexes, kept by the updates below so a pass or a wake-up never scans every object
-    # holder UID -> names of the allocations it holds (one, unless a mint raced a stale cache)
-    _holder_allocations: dict[str, set[str]] = field(default_factory=lambda: defaultdict(set))
-    _taken: dict[str, str] = field(default_factory=dict)  # allocation name -> canonical address
-    _taken_frozen: frozenset[str] | None = None  # the values of _taken, rebuilt only after a change
-    _by_endpoint: dict[Key, set[Key]] = field(default_factory=lambda: defaultdict(set))  # (ns, svc)
-    _by_class: dict[str, set[Key]] = field(default_factory=lambda: defaultdict(set))  # spec.className
-    _by_claim: dict[Key, set[Key]] = field(default_factory=lambda: defaultdict(set))  # (ns, claimName)
-    _slices_of_service: dict[Key, set[Key]] = field(default_factory=lambda: defaultdict(set))
-    _proxied: set[Key] = field(default_factory=set)
+    """A read view over the operator's caches: the queries a pass and a wake-up ask."""
 
-    # --- updates ---------------------------------------------------------------------------------
+    def __init__(self, caches: Caches) -> None:
+        self.attachments = caches.store(ATTACHMENTS)
+        self.claims = caches.store(CLAIMS)
+        self.classes = caches.store(CLASSES)
+        self.allocations = caches.store(ALLOCATIONS)
+        self.proxies = caches.store(PROXIES)
+        self.services = caches.store(SERVICES)
+        self.slices = caches.store(ENDPOINT_SLICES)
+        self.helmreleases = caches.store(HELMRELEASES)
+        self.namespaces = caches.store(NAMESPACES)
 
-    def put(self, kind: str, obj: Obj) -> None:
-        getattr(self, f"_put_{kind}")(obj)
+    @classmethod
+    def empty(cls) -> World:
+        """A world over fresh, empty stores (tests, and checks of what the metrics export)."""
+        return cls(StaticCaches(empty_stores()))
 
-    def drop(self, kind: str, obj: Obj) -> None:
-        getattr(self, f"_drop_{kind}")(obj)
+    # --- single objects --------------------------------------------------------------------------
 
-    def get(self, kind: str, obj: Obj) -> Obj | None:
-        """The cached version of ``obj`` (same kind and key), if any."""
-        namespace, name = key_of(obj)
-        stores: dict[str, Mapping[Any, Obj]] = {
-            "attachment": self.attachments,
-            "claim": self.claims,
-            "service": self.services,
-            "slice": self.slices,
-            "helmrelease": self.helmreleases,
-            "class": self.classes,
-            "allocation": self.allocations,
-            "proxy": self.proxies,
-        }
-        store = stores.get(kind, {})
-        return store.get((namespace, name)) if kind in _NAMESPACED else store.get(name)
+    def address_class(self, name: str | None) -> Obj | None:
+        return self.classes.get(("", name)) if name else None
 
-    def _put_attachment(self, obj: Obj) -> None:
-        self._drop_attachment(obj)
-        key = key_of(obj)
-        self.attachments[key] = obj
-        spec = obj.get("spec") or {}
-        self._by_endpoint[(key[0], str((spec.get("endpoint") or {}).get("name")))].add(key)
-        address = _address_spec(obj)
-        if address.get("className"):
-            self._by_class[str(address["className"])].add(key)
-        if address.get("claimName"):
-            self._by_claim[(key[0], str(address["claimName"]))].add(key)
+    def namespace_labels(self, namespace: str) -> Mapping[str, str]:
+        found = self.namespaces.get(("", namespace))
+        return labels(found) if found is not None else {}
 
-    def _drop_attachment(self, obj: Obj) -> None:
-        key = key_of(obj)
-        old = self.attachments.pop(key, None)
-        if old is None:
-            return
-        spec = old.get("spec") or {}
-        self._by_endpoint[(key[0], str((spec.get("endpoint") or {}).get("name")))].discard(key)
-        address = _address_spec(old)
-        self._by_class[str(address.get("className"))].discard(key)
-        self._by_claim[(key[0], str(address.get("claimName")))].discard(key)
+    def endpoint_of(self, attachment: Mapping[str, Any]) -> Obj | None:
+        return self.services.get((key_of(attachment)[0], endpoint_name(attachment)))
 
-    def _put_claim(self, obj: Obj) -> None:
-        self.claims[key_of(obj)] = obj
-
-    def _drop_claim(self, obj: Obj) -> None:
-        self.claims.pop(key_of(obj), None)
-
-    def _put_class(self, obj: Obj) -> None:
-        self.classes[key_of(obj)[1]] = obj
-
-    def _drop_class(self, obj: Obj) -> None:
-        self.classes.pop(key_of(obj)[1], None)
-
-    def _put_allocation(self, obj: Obj) -> None:
-        name = key_of(obj)[1]
-        self._drop_allocation(obj)
-        self.allocations[name] = obj
-        holder = ((obj.get("spec") or {}).get("holder") or {}).get("uid")
-        if holder:
-            self._holder_allocations[str(holder)].add(name)
-        # The CRD refuses unreadable addresses; one that slipped in holds nothing we could mint.
-        with contextlib.suppress(InvalidAddress):
-            self._taken[name] = canonical(str((obj.get("spec") or {}).get("address")))
-        self._taken_frozen = None
-
-    def _drop_allocation(self, obj: Obj) -> None:
-        old = self.allocations.pop(key_of(obj)[1], None)
-        holder = ((old or {}).get("spec") or {}).get("holder") or {}
-        if holder.get("uid"):
-            self._holder_allocations[str(holder["uid"])].discard(key_of(obj)[1])
-        if self._taken.pop(key_of(obj)[1], None) is not None:
-            self._taken_frozen = None
-
-    def _put_proxy(self, obj: Obj) -> None:
-        self.proxies[key_of(obj)[1]] = obj
-
-    def _drop_proxy(self, obj: Obj) -> None:
-        self.proxies.pop(key_of(obj)[1], None)
-
-    def _put_service(self, obj: Obj) -> None:
-        key = key_of(obj)
-        self.services[key] = obj
-        if SERVICE_PROXY_NAME_LABEL in labels(obj):
-            self._proxied.add(key)
-        else:
-            self._proxied.discard(key)
-
-    def _drop_service(self, obj: Obj) -> None:
-        key = key_of(obj)
-        self.services.pop(key, None)
-        self._proxied.discard(key)
-
-    def _put_slice(self, obj: Obj) -> None:
-        self._drop_slice(obj)
-        key = key_of(obj)
-        self.slices[key] = obj
-        service = labels(obj).get(ENDPOINTSLICE_SERVICE_NAME_LABEL)
-        if service:
-            self._slices_of_service[(key[0], service)].add(key)
-
-    def _drop_slice(self, obj: Obj) -> None:
-        key = key_of(obj)
-        old = self.slices.pop(key, None)
-        service = labels(old or {}).get(ENDPOINTSLICE_SERVICE_NAME_LABEL)
-        if service:
-            self._slices_of_service[(key[0], service)].discard(key)
-
-    def _put_helmrelease(self, obj: Obj) -> None:
-        self.helmreleases[key_of(obj)] = obj
-
-    def _drop_helmrelease(self, obj: Obj) -> None:
-        self.helmreleases.pop(key_of(obj), None)
-
-    def _put_namespace(self, obj: Obj) -> None:
-        self.namespace_labels[key_of(obj)[1]] = dict(labels(obj))
-
-    def _drop_namespace(self, obj: Obj) -> None:
-        self.namespace_labels.pop(key_of(obj)[1], None)
-
-    # --- who a change concerns -------------------------------------------------------------------
-
-    def attachments_affected_by(self, kind: str, obj: Obj) -> Iterator[Key]:
-        """The attachments whose pass may change because ``obj`` (of ``kind``) changed."""
-        namespace, name = key_of(obj)
-        if kind == "attachment":
-            yield namespace, name
-        elif kind == "service":
-            yield from self._by_endpoint.get((namespace, name), ())
-            owner = sole_controller(obj)
-            if owner and owner.get("kind") == ENDPOINT_ATTACHMENT_KIND:
-                yield namespace, str(owner.get("name"))
-            elif ATTACHMENT_LABEL in labels(obj):
-                yield from self._rendering(namespace, name)  # a name squatter: report the conflict
-            if SERVICE_PROXY_NAME_LABEL in labels(obj):
-                yield from self._vm_mode()
-        elif kind == "slice":
-            service = labels(obj).get(ENDPOINTSLICE_SERVICE_NAME_LABEL, "")
-            yield from self._by_endpoint.get((namespace, service), ())
-            yield from self._vm_mode()  # backends of any proxied Service decide exclusivity
-        elif kind == "helmrelease":
-            app = application_of(obj)
-            for key in [k for k in self.attachments if k[0] == namespace]:
-                endpoint = self.endpoint_of(self.attachments[key])
-                if app is None or endpoint is None or belongs_to(endpoint, app):
-                    yield key
-        elif kind == "claim":
-            yield from self._by_claim.get((namespace, name), ())
-        elif kind == "class":
-            yield from self._of_class(name)
-        elif kind == "allocation":
-            holder = (obj.get("spec") or {}).get("holder") or {}
-            if holder.get("kind") == ENDPOINT_ATTACHMENT_KIND:
-                yield str(holder.get("namespace") or ""), str(holder.get("name") or "")
-            # A freed address may end another attachment's PoolExhausted.
-            for key in self._of_class(str((obj.get("spec") or {}).get("className"))):
-                if not self.held_address(self.attachments[key]):
-                    yield key
-        elif kind == "proxy":
-            yield from self._vm_mode()
-        elif kind == "namespace":
-            yield from (key for key in self.attachments if key[0] == name)
-
-    def _of_class(self, class_name: str) -> list[Key]:
-        """Attachments minting from the class, and those whose claim is of that class."""
-        keys = [k for k in self._by_class.get(class_name, ()) if k in self.attachments]
-        for (namespace, claim_name), users in self._by_claim.items():
-            claim = self.claims.get((namespace, claim_name))
-            if users and claim is not None and (claim.get("spec") or {}).get("className") == class_name:
-                keys.extend(k for k in users if k in self.attachments)
-        return keys
-
-    def claims_affected_by(self, kind: str, obj: Obj) -> Iterator[Key]:
-        namespace, name = key_of(obj)
-        if kind == "claim":
-            yield namespace, name
-        elif kind == "allocation":
-            holder = (obj.get("spec") or {}).get("holder") or {}
-            if holder.get("kind") != ENDPOINT_ATTACHMENT_KIND and holder.get("name"):
-                yield str(holder.get("namespace") or ""), str(holder["name"])
-        elif kind == "class":
-            yield from (
-                key
-                for key, claim in self.claims.items()
-                if (claim.get("spec") or {}).get("className") == name
-            )
-        elif kind == "namespace":
-            yield from (key for key in self.claims if key[0] == name)
-
-    def _using_endpoint(self, namespace: str, service: str) -> Iterator[Key]:
-        for key, attachment in self.attachments.items():
-            if (
-                key[0] == namespace
-                and ((attachment.get("spec") or {}).get("endpoint") or {}).get("name") == service
-            ):
-                yield key
-
-    def _rendering(self, namespace: str, service: str) -> Iterator[Key]:
-        yield from (
-            key for key in self.attachments if key[0] == namespace and service_name(key[1]) == service
-        )
-
-    def _vm_mode(self) -> Iterator[Key]:
-        for key, attachment in self.attachments.items():
-            if ((attachment.get("spec") or {}).get("mode") or MODE_STANDARD) != MODE_STANDARD:
-                yield key
-
-    # --- what one pass sees ----------------------------------------------------------------------
-
-    def endpoint_of(self, attachment: Obj) -> Obj | None:
-        namespace, _ = key_of(attachment)
-        return self.services.get(
-            (namespace, str(((attachment.get("spec") or {}).get("endpoint") or {}).get("name")))
-        )
-
-    def class_name_of(self, attachment: Obj) -> str | None:
-        address = _address_spec(attachment)
+    def class_name_of(self, attachment: Mapping[str, Any]) -> str | None:
+        address = address_spec(attachment)
         if address.get("className"):
             return str(address["className"])
         claim = self.claims.get((key_of(attachment)[0], str(address.get("claimName"))))
-        return str((claim.get("spec") or {}).get("className")) if claim else None
+        return str(_spec(claim).get("className")) if claim else None
 
-    def held_address(self, holder: Obj) -> str | None:
-        """The address of the allocation held by this object's UID, if any."""
-        address = ((self.held_allocation(holder) or {}).get("spec") or {}).get("address")
-        return str(address) if address else None
+    def helmrelease_for(self, namespace: str, endpoint: Mapping[str, Any] | None) -> Obj | None:
+        """The application object: the HelmRelease in the namespace with the endpoint's lineage."""
+        app = application_of(endpoint) if endpoint is not None else None
+        if app is None:
+            return None
+        matches = [hr for hr in self.helmreleases.index(BY_NAMESPACE, namespace) if belongs_to(hr, app)]
+        return matches[0] if len(matches) == 1 else None
 
-    def held_allocation(self, holder: Obj) -> Obj | None:
+    # --- addresses -------------------------------------------------------------------------------
+
+    def held_allocations(self, holder: Mapping[str, Any]) -> list[Obj]:
+        """Every allocation held by this object's UID, by name (one, unless a mint raced)."""
+        uid = _metadata(holder).get("uid")
+        if not uid:
+            return []
+        return sorted(self.allocations.index(BY_HOLDER, str(uid)), key=lambda a: key_of(a)[1])
+
+    def held_allocation(self, holder: Mapping[str, Any]) -> Obj | None:
         """The allocation this object holds: the one its status already names, else the first by
         name, so every pass picks the same one when a raced mint left two."""
         held = self.held_allocations(holder)
         recorded = (holder.get("status") or {}).get("address")
-        return next((a for a in held if (a.get("spec") or {}).get("address") == recorded), None) or (
+        return next((a for a in held if _spec(a).get("address") == recorded), None) or (
             held[0] if held else None
         )
 
-    def held_allocations(self, holder: Obj) -> list[Obj]:
-        uid = (holder.get("metadata") or {}).get("uid")
-        names = sorted(self._holder_allocations.get(str(uid), ())) if uid else []
-        return [self.allocations[n] for n in names if n in self.allocations]
+    def held_address(self, holder: Mapping[str, Any]) -> str | None:
+        """The address of the allocation held by this object's UID, if any."""
+        address = _spec(self.held_allocation(holder) or {}).get("address")
+        return str(address) if address else None
 
-    def surplus_allocations(self, holder: Obj) -> list[Obj]:
+    def surplus_allocations(self, holder: Mapping[str, Any]) -> list[Obj]:
         """Allocations this object holds beyond the one it uses: to be released, not leaked (the
         repair pass never touches an allocation whose holder is alive)."""
         kept = self.held_allocation(holder)
         return [a for a in self.held_allocations(holder) if a is not kept]
 
-    def taken_addresses(self) -> frozenset[str]:
-        """Canonical text of every allocated address; rebuilt only after allocations change."""
-        if self._taken_frozen is None:
-            self._taken_frozen = frozenset(self._taken.values())
-        return self._taken_frozen
+    def taken_addresses(self) -> TakenAddresses:
+        return TakenAddresses(self.allocations)
+
+    def allocations_of_class(self, class_name: str) -> list[Obj]:
+        return self.allocations.index(BY_CLASS, class_name)
+
+    # --- who is concerned ------------------------------------------------------------------------
+
+    def of_class(self, class_name: str) -> set[Key]:
+        """Attachments minting from the class, and those whose claim is of that class."""
+        keys = set(self.attachments.index_keys(BY_CLASS, class_name))
+        for claim in self.claims.index(BY_CLASS, class_name):
+            keys |= self.attachments.index_keys(BY_CLAIM, key_of(claim))
+        return keys
+
+    def in_vm_mode(self) -> frozenset[Key]:
+        return self.attachments.index_keys(VM_MODE, True)
+
+    def attachment_with_uid(self, namespace: str, uid: str) -> Obj | None:
+        return next((a for a in self.attachments.index(BY_UID, uid) if key_of(a)[0] == namespace), None)
+
+    # --- what one pass sees ----------------------------------------------------------------------
 
     def slices_of(self, namespace: str, service: str) -> list[Obj]:
-        return [
-            self.slices[k] for k in self._slices_of_service.get((namespace, service), ()) if k in self.slices
-        ]
+        return sorted(self.slices.index(BY_SERVICE, (namespace, service)), key=key_of)
 
     def proxied_services(self) -> list[ProxiedService]:
         """Every Service delegated to a proxy, with its ready backends and, if an attachment rendered
         it (controller reference of kind EndpointAttachment), that attachment's rank."""
         result = []
-        for key in self._proxied:
-            service = self.services[key]
+        for service in sorted(self.services.index(PROXIED, True), key=key_of):
+            namespace, name = key_of(service)
             owner = sole_controller(service)
             rank = None
             if owner and owner.get("kind") == ENDPOINT_ATTACHMENT_KIND:
-                attachment = self.attachments.get((key[0], str(owner.get("name"))))
-                if attachment is not None and (attachment.get("metadata") or {}).get("uid") == owner.get(
-                    "uid"
-                ):
-                    rank = rank_of(attachment)
-                else:
-                    rank = rank_of(
-                        {
-                            "metadata": {
-                                "name": owner.get("name"),
-                                "namespace": key[0],
-                                "uid": owner.get("uid"),
-                            }
+                attachment = self.attachments.get((namespace, str(owner.get("name"))))
+                if attachment is None or _metadata(attachment).get("uid") != owner.get("uid"):
+                    # Not (or no longer) cached: ranked from the owner reference alone.
+                    attachment = {
+                        "metadata": {
+                            "name": owner.get("name"),
+                            "namespace": namespace,
+                            "uid": owner.get("uid"),
                         }
-                    )
+                    }
+                rank = rank_of(attachment)
             result.append(
                 ProxiedService(
-                    namespace=key[0],
-                    name=key[1],
+                    namespace=namespace,
+                    name=name,
                     proxy_name=labels(service)[SERVICE_PROXY_NAME_LABEL],
-                    backends=ready_backends(self.slices_of(*key)),
+                    backends=ready_backends(self.slices_of(namespace, name)),
                     attachment=rank,
                 )
             )
         return result
 
-    def helmrelease_for(self, namespace: str, endpoint: Obj | None) -> Obj | None:
-        """The application object: the HelmRelease in the namespace with the endpoint's lineage."""
-        app = application_of(endpoint) if endpoint is not None else None
-        if app is None:
-            return None
-        matches = [hr for (ns, _), hr in self.helmreleases.items() if ns == namespace and belongs_to(hr, app)]
-        return matches[0] if len(matches) == 1 else None
-
     def observe(self, key: Key) -> Observed | None:
         attachment = self.attachments.get(key)
-        if attachment is None:
-            return None
-        namespace, name = key
-        address = _address_spec(attachment)
-        claim = (
-            self.claims.get((namespace, str(address.get("claimName")))) if address.get("claimName") else None
-        )
-        class_name = self.class_name_of(attachment)
+        return self.observed(attachment) if attachment is not None else None
+
+    def observed(self, attachment: Obj) -> Observed:
+        """Everything ``reconcile`` needs about this attachment, from the caches."""
+        namespace, name = key_of(attachment)
+        address = address_spec(attachment)
+        claim = self.claims.get((namespace, str(address["claimName"]))) if address.get("claimName") else None
         endpoint = self.endpoint_of(attachment)
         held = self.held_address(attachment)
-        vm_mode = ((attachment.get("spec") or {}).get("mode") or MODE_STANDARD) != MODE_STANDARD
-        endpoint_name = str(((attachment.get("spec") or {}).get("endpoint") or {}).get("name"))
         return Observed(
             attachment=attachment,
             endpoint=endpoint,
             helmrelease=self.helmrelease_for(namespace, endpoint),
-            address_class=self.classes.get(class_name) if class_name else None,
+            address_class=self.address_class(self.class_name_of(attachment)),
             claim=claim,
             service_proxies=list(self.proxies.values()),
             held_address=held,
             taken_addresses=self.taken_addresses() if held is None else frozenset(),
             service=self.services.get((namespace, service_name(name))),
-            endpoint_slices=self.slices_of(namespace, endpoint_name),
-            proxied_services=self.proxied_services() if vm_mode else (),
-            namespace_labels=self.namespace_labels.get(namespace, {}),
+            endpoint_slices=self.slices_of(namespace, endpoint_name(attachment)),
+            proxied_services=self.proxied_services() if in_vm_mode(attachment) else (),
+            namespace_labels=self.namespace_labels(namespace),
         )
 
     def live_holders(self) -> dict[str, tuple[str, str, str]]:
         """UID -> (kind, namespace, name) of every object that may hold an allocation."""
         holders: dict[str, tuple[str, str, str]] = {}
-        for kind, objects in (("EndpointAttachment", self.attachments), ("IPAddressClaim", self.claims)):
-            for (namespace, name), obj in objects.items():
-                uid = (obj.get("metadata") or {}).get("uid")
+        kinds: Iterable[tuple[str, Store]] = (
+            (ENDPOINT_ATTACHMENT_KIND, self.attachments),
+            (IP_ADDRESS_CLAIM_KIND, self.claims),
+        )
+        for kind, store in kinds:
+            for (namespace, name), obj in list(store.items()):
+                uid = _metadata(obj).get("uid")
                 if uid:
                     holders[str(uid)] = (kind, namespace, name)
         return holders
-
-
-def _address_spec(attachment: Obj) -> Mapping[str, Any]:
-    return (attachment.get("spec") or {}).get("address") or {}

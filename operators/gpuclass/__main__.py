@@ -1,28 +1,37 @@
-"""python -m operators.gpuclass: read settings, serve metrics and health, run the kopf operator.
+"""python -m operators.gpuclass: read the settings, then run the operator (``shared.operator``).
 
-Runs cluster-wide and standalone (one replica, no peering objects): the Deployment uses the Recreate
-strategy, so two operators never write the same status at once.
+Decides: the operator's identity (its metrics and trace name, and kopf's markers: ours, never kopf's
+defaults, never shared with the EndpointAttachment operator; kopf writes neither, since it runs no
+resource handler). Replicas elect a leader through a Lease: only the leader reconciles and writes,
+a standby keeps its caches warm.
+
+Does not: declare caches or controllers (``controller.build`` does) or run anything itself.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from operators.gpuclass.handlers import State, build_registry, operator_settings
-from operators.gpuclass.metrics import Metrics
+from operators.gpuclass.controller import build
 from operators.gpuclass.settings import parse
-from shared.operator import Endpoints, Telemetry, run
+from shared import operator
+from shared.runtime.manager import Manager
+
+KOPF_FINALIZER: Final = "gpuclass.operator.cozystack.io/kopf"
+STORAGE_PREFIX: Final = "gpuclass.operator.cozystack.io"
+IDENTITY: Final = operator.Identity("gpuclass", KOPF_FINALIZER, STORAGE_PREFIX)
 
 
 def main(argv: Sequence[str] | None = None) -> None:
     settings = parse(argv)
-    registry = CollectorRegistry(auto_describe=True)
-    telemetry = Telemetry.create("gpuclass", registry, silence_seconds=settings.watch_silence_seconds)
-    state = State(settings=settings, metrics=Metrics(registry), telemetry=telemetry)
-    endpoints = Endpoints(settings.metrics_address, settings.metrics_port, settings.health_port)
-    run(build_registry(state), operator_settings(), telemetry, endpoints, settings.kubeconfig)
+
+    def declare(manager: Manager, registry: CollectorRegistry) -> None:
+        build(manager, registry, settings)
+
+    operator.main(IDENTITY, settings.runtime, declare)
 
 
 if __name__ == "__main__":

@@ -4,7 +4,10 @@ Decides: how Node and Pod watch events change the aggregates a pass reads, one e
 without rescans. A node becomes a ``NodeState`` (ready, cordoned, blocking taints, allocatable of each
 extended resource rounded up like ``Quantity.Value()``); a pod becomes its contribution, the
 scheduler's request per extended resource on the node it is bound to. The last contribution of every
-pod is remembered, so an update subtracts the old one and adds the new one: O(resources in the pod).
+pod is remembered under its key, so an update subtracts the old one and adds the new one: O(resources
+in the pod). The key is the caller's (the runtime's informer gives ``(namespace, name)``: a pod
+recreated under its name is then an update, which replaces the old life's contribution); without
+one, ``pod_key`` (the UID) is used.
 An index from resource name to the nodes advertising it (the name is in ``status.allocatable``, even
 with ``"0"``) is kept the same way, so a class walks only the nodes that matter to it.
 
@@ -22,7 +25,7 @@ Does not: decide eligibility for a class, clamp free units, talk to the API or r
 from __future__ import annotations
 
 import logging
-from collections.abc import Iterator, Mapping
+from collections.abc import Hashable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -41,6 +44,8 @@ log = logging.getLogger(__name__)
 
 # A pod's contribution: the node it holds resources on, and (resource, amount) pairs.
 Contribution = tuple[str, tuple[tuple[str, int], ...]]
+# What identifies a pod across its events: ``pod_key`` (a string), or the caller's key.
+PodKey = Hashable
 
 
 @dataclass(frozen=True, slots=True)
@@ -60,7 +65,7 @@ class Snapshot:
 
     nodes: Mapping[str, NodeState]
     requested: Mapping[str, Mapping[str, int]]  # resource -> node -> summed requests (nodes may be absent)
-    pods: Mapping[str, Contribution]
+    pods: Mapping[PodKey, Contribution]
 
 
 class Inventory:
@@ -73,9 +78,9 @@ class Inventory:
         # resource -> node name -> summed pod requests (zero entries dropped; the node may not exist)
         self._requested: dict[str, dict[str, int]] = {}
         # pod key -> its last contribution; pods contributing nothing are absent
-        self._pods: dict[str, Contribution] = {}
+        self._pods: dict[PodKey, Contribution] = {}
         # object -> the garbage already logged for it, so each is logged once per object life
-        self._logged_garbage: dict[str, set[str]] = {}
+        self._logged_garbage: dict[Hashable, set[str]] = {}
 
     # --- events --------------------------------------------------------------------------------
 
@@ -105,9 +110,11 @@ class Inventory:
         self._logged_garbage.pop(_node_key(name), None)
         return True
 
-    def upsert_pod(self, pod: Mapping[str, Any]) -> bool:
-        """Record a pod's current contribution; ``True`` when it changed."""
-        key = pod_key(pod)
+    def upsert_pod(self, pod: Mapping[str, Any], key: PodKey | None = None) -> bool:
+        """Record a pod's current contribution under ``key`` (default ``pod_key``); ``True`` when
+        it changed."""
+        if key is None:
+            key = pod_key(pod)
         new = self._contribution(pod, key)
         old = self._pods.get(key)
         if new == old:
@@ -121,8 +128,8 @@ class Inventory:
             self._apply(new, +1)
         return True
 
-    def delete_pod(self, key: str) -> bool:
-        """Forget a pod by ``pod_key`` (its UID, else namespace/name); ``True`` when it contributed."""
+    def delete_pod(self, key: PodKey) -> bool:
+        """Forget a pod by the key it was recorded under; ``True`` when it contributed."""
         self._logged_garbage.pop(key, None)
         old = self._pods.pop(key, None)
         if old is None:
@@ -160,6 +167,10 @@ class Inventory:
         """Pods with a contribution (the only ones that cost memory)."""
         return len(self._pods)
 
+    def pod_keys(self) -> KeysView[PodKey]:
+        """The keys of the pods with a contribution (a live view: copy it before changing pods)."""
+        return self._pods.keys()
+
     # --- internals -----------------------------------------------------------------------------
 
     def _node_state(self, node: Mapping[str, Any]) -> NodeState | None:
@@ -177,7 +188,7 @@ class Inventory:
             allocatable[resource] = value or 0
         return NodeState(name, is_ready(node), is_cordoned(node), blocking_taints(node), allocatable)
 
-    def _contribution(self, pod: Mapping[str, Any], key: str) -> Contribution | None:
+    def _contribution(self, pod: Mapping[str, Any], key: PodKey) -> Contribution | None:
         node = bound_node(pod)
         if node is None:
             return None
@@ -210,7 +221,7 @@ class Inventory:
             if not nodes:
                 del self._advertisers[resource]
 
-    def _log_garbage(self, key: str, label: str, resource: str, text: object) -> None:
+    def _log_garbage(self, key: Hashable, label: str, resource: str, text: object) -> None:
         seen = self._logged_garbage.setdefault(key, set())
         mark = f"{resource}={text!r}"
         if mark not in seen:

@@ -1,17 +1,20 @@
 """Read the KubeVirt CR (glue): one GET, or one LIST when no name is set; never a watch.
 
-Maps what the API answers to a read result for the pure ``kubevirt`` module: 404 (the kind is not
-served, or the CR is absent) or an empty namespace is ``NotInstalled``; 403 is ``Forbidden``; 5xx,
-429 and transport failures are ``Unavailable`` since the first failure of the current outage. Several
-CRs in the namespace (with no name set) are ``Unavailable`` too: none of them is "the" CR.
+Decides: what the API's answer is as a read result for the pure ``kubevirt`` module: 404 (the kind
+is not served, or the CR is absent) or an empty namespace is ``NotInstalled``; 401/403 is
+``Forbidden``; 5xx, 429, transport failures and **timeouts** are ``Unavailable`` since the first
+failure of the current outage (so the pass keeps the last definitive read for the grace period).
+A call with no answer fails in whichever shape the client gives it (``shared.kube.NO_ANSWER``:
+kr8s's ``APITimeoutError``, an httpx transport error, or a bare ``TimeoutError`` from a deadline
+around the call): every one is ``Unavailable``, never an error of the pass. Several CRs in the
+namespace (with no name set) are ``Unavailable`` too: none of them is "the" CR.
+
+Does not: retry (the next pass reads again), watch, or decide what a read means for a condition.
 """
 
 from __future__ import annotations
 
 from datetime import datetime
-
-import httpx
-import kr8s
 
 from operators.gpuclass.kubevirt import (
     Forbidden,
@@ -21,7 +24,7 @@ from operators.gpuclass.kubevirt import (
     Unavailable,
     outage_start,
 )
-from shared.kube import ApiError, Kube, Resource
+from shared.kube import NO_ANSWER, ApiError, Kube, Resource
 
 KUBEVIRTS = Resource("kubevirt.io/v1", "kubevirts")
 
@@ -40,7 +43,7 @@ async def read_kubevirt(
         if error.status in (401, 403):
             return Forbidden(error.message)
         return Unavailable(outage_start(previous, now), str(error))
-    except (httpx.TransportError, kr8s.APITimeoutError) as error:
+    except NO_ANSWER as error:
         return Unavailable(outage_start(previous, now), f"{type(error).__name__}: {error}")
     if not items:
         return NotInstalled()

@@ -1,16 +1,20 @@
 """The GPUClass metrics of the design: the inventory lives here, not in the world-readable status.
 
-Decides: metric names, types and labels. The per-class series are produced at scrape time from the
-last pass's decisions (a custom collector), so a deleted class's series disappear with the pass that
-no longer sees it, and a scrape never observes half a pass. No node names or UIDs are label values.
+Decides: the domain metrics' names (one prefix, ``cozystack_gpuclass_``), types and labels. The
+per-class series are produced at scrape time from the last pass's decisions (a custom collector), so
+a deleted class's series disappear with the pass that no longer sees it, and a scrape never observes
+half a pass. No node names or UIDs are label values.
 
-Does not: serve HTTP (the operator starts the server on its own registry and port) or compute any
-figure (``decide`` does).
+Does not: serve HTTP (the operator starts the server on its own registry and port), compute any
+figure (``decide`` does), or count reconciles, queue depth or leadership: those are
+controller-runtime's metrics (``controller_runtime_reconcile_total{controller="gpuclass"}`` and the
+rest, ``shared.runtime.metrics``), registered by the manager on the same registry.
 """
 
 from __future__ import annotations
 
 from collections.abc import Iterator, Mapping
+from typing import Final
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
@@ -20,7 +24,14 @@ from operators.gpuclass.decide import ClassDecision
 from operators.gpuclass.scheduling import NodeVerdict
 from shared.conditions import FALSE, TRUE, UNKNOWN
 
-PREFIX = "cozystack_gpuclass"
+PREFIX: Final = "cozystack_gpuclass"
+# Where a pass can fail: a status write the API refused (not a conflict: that is retried quietly),
+# or anything else in the pass. Both series exist from the start, so an increase() works at once.
+STAGE_STATUS_WRITE: Final = "status_write"
+STAGE_PASS: Final = "pass"
+STAGES: Final = (STAGE_STATUS_WRITE, STAGE_PASS)
+# A quiet pass over a few classes takes about a millisecond; a pass writing during churn, seconds.
+PASS_BUCKETS: Final = (0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10)
 
 
 class ClassCollector(Collector):
@@ -81,7 +92,7 @@ class Metrics:
         self.pass_duration = Histogram(
             f"{PREFIX}_pass_duration_seconds",
             "Time of one pass over every class, from the KubeVirt read to the last status write.",
-            buckets=(0.001, 0.005, 0.01, 0.02, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10),
+            buckets=PASS_BUCKETS,
             registry=self.registry,
         )
         self.last_pass = Gauge(
@@ -93,3 +104,5 @@ class Metrics:
             ["stage"],
             registry=self.registry,
         )
+        for stage in STAGES:
+            self.pass_errors.labels(stage=stage)

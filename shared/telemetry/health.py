@@ -1,9 +1,10 @@
-"""A liveness endpoint that fails when the operator is wedged, not merely when it has exited.
+"""Liveness and readiness endpoints that tell a wedged operator from a merely busy one.
 
-Decides "wedged": the event loop has not run a heartbeat for ``stall_seconds`` (something blocks
-it), or, when ``silence_seconds`` is set, no watch event has arrived for that long (the watches are
-stuck). The HTTP server runs in its own thread, so a stalled event loop cannot also stall the
-answer that reports it. Does not restart anything: the kubelet does, on a failing probe.
+Decides: ``/healthz`` fails when the event loop has not run a heartbeat for ``stall_seconds``
+(something blocks it) or when any liveness check names a problem (the manager's: a reconcile
+running past its bound); ``/readyz`` fails while any readiness check names one (caches not synced).
+The HTTP server runs in its own thread, so a stalled event loop cannot also stall the answer that
+reports it. Does not restart anything: the kubelet does, on a failing probe.
 """
 
 from __future__ import annotations
@@ -11,16 +12,21 @@ from __future__ import annotations
 import asyncio
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+Check = Callable[[], str | None]
 
-class Liveness:
+
+class Health:
     def __init__(
-        self, last_event_age: Callable[[], float], stall_seconds: float = 30.0, silence_seconds: float = 0.0
+        self,
+        live: Sequence[Check] = (),
+        ready: Sequence[Check] = (),
+        stall_seconds: float = 30.0,
     ) -> None:
-        self.last_event_age = last_event_age
-        self.stall_seconds, self.silence_seconds = stall_seconds, silence_seconds
+        self.live, self.ready = list(live), list(ready)
+        self.stall_seconds = stall_seconds
         self._beat = time.monotonic()
 
     async def heartbeat(self, interval: float = 1.0) -> None:
@@ -29,25 +35,30 @@ class Liveness:
             await asyncio.sleep(interval)  # the heartbeat's period
 
     def problem(self) -> str | None:
+        """Why the process should be restarted, if it should."""
         stalled = time.monotonic() - self._beat
         if stalled > self.stall_seconds:
             return f"event loop stalled for {stalled:.0f}s"
-        silent = self.last_event_age()
-        if self.silence_seconds and silent > self.silence_seconds:
-            return f"no watch event for {silent:.0f}s"
-        return None
+        return next((p for p in (check() for check in self.live) if p), None)
+
+    def not_ready(self) -> str | None:
+        return next((p for p in (check() for check in self.ready) if p), None)
 
     def serve(self, address: str, port: int) -> ThreadingHTTPServer | None:
         if not port:
             return None
-        liveness = self
+        health = self
 
         class Handler(BaseHTTPRequestHandler):
             def do_GET(self) -> None:
-                problem = liveness.problem() if self.path.startswith("/healthz") else "not found"
-                code = 404 if problem == "not found" else (500 if problem else 200)
+                if self.path.startswith("/healthz"):
+                    code, problem = 200, health.problem()
+                elif self.path.startswith("/readyz"):
+                    code, problem = 200, health.not_ready()
+                else:
+                    code, problem = 404, "not found"
                 body = (problem or "ok").encode()
-                self.send_response(code)
+                self.send_response(500 if problem and code == 200 else code)
                 self.send_header("Content-Type", "text/plain")
                 self.send_header("Content-Length", str(len(body)))
                 self.end_headers()
@@ -57,5 +68,5 @@ class Liveness:
                 pass  # probes every few seconds would drown the operator's own log
 
         server = ThreadingHTTPServer((address, port), Handler)
-        threading.Thread(target=server.serve_forever, name="liveness", daemon=True).start()
+        threading.Thread(target=server.serve_forever, name="health", daemon=True).start()
         return server

@@ -46,6 +46,7 @@ OUTCOME_ERROR: Final = "error"
 _UNCHANGED_RATIO_ENV: Final = "COZY_TRACE_UNCHANGED_RATIO"
 _PROPAGATOR = TraceContextTextMapPropagator()
 _MAX_REMEMBERED = 100_000  # previous-pass contexts kept for links; a bound, not a cache policy
+_MAX_HELD_TRACES = 10_000  # passes whose child spans are held until the pass ends
 # The pass the current task is in, so a client write can mark it changed without being told.
 _CURRENT_PASS: ContextVar[PassSpan | None] = ContextVar("current_pass", default=None)
 
@@ -65,17 +66,32 @@ def provider_from_env(service_name: str, environ: Mapping[str, str] = os.environ
     # Resource.create merges OTEL_RESOURCE_ATTRIBUTES and OTEL_SERVICE_NAME over our default name.
     resource = Resource.create({SERVICE_NAME: environ.get("OTEL_SERVICE_NAME") or service_name})
     provider = TracerProvider(resource=resource)  # the sampler comes from OTEL_TRACES_SAMPLER(_ARG)
-    ratio = float(environ.get(_UNCHANGED_RATIO_ENV, "0.1"))
-    provider.add_span_processor(UnchangedPassFilter(BatchSpanProcessor(OTLPSpanExporter()), ratio))
+    provider.add_span_processor(
+        UnchangedPassFilter(BatchSpanProcessor(OTLPSpanExporter()), unchanged_ratio(environ))
+    )
     return provider
 
 
+def unchanged_ratio(environ: Mapping[str, str] = os.environ) -> float:
+    return max(0.0, min(1.0, float(environ.get(_UNCHANGED_RATIO_ENV, "0.1"))))
+
+
+def exported(trace_id: int, outcome: object, ratio: float) -> bool:
+    """Whether a pass span with this outcome is exported: every pass that changed something or
+    failed, and ``ratio`` of the unchanged ones, chosen by trace id (so the choice is stable)."""
+    if outcome != OUTCOME_UNCHANGED:
+        return True
+    return (trace_id & 0xFFFFFFFFFFFFFFFF) < int(ratio * (1 << 64))
+
+
 class UnchangedPassFilter(SpanProcessor):
-    """Forwards every span, except all but ``ratio`` of the pass spans whose outcome is unchanged
-    (and their children), chosen by trace id."""
+    """Forwards every span, except all but ``ratio`` of the pass spans whose outcome is unchanged;
+    a pass's child spans are held until the pass ends and share its fate, so no child of a dropped
+    pass is ever exported alone."""
 
     def __init__(self, inner: SpanProcessor, ratio: float) -> None:
-        self.inner, self.threshold = inner, int(max(0.0, min(1.0, ratio)) * (1 << 64))
+        self.inner, self.ratio = inner, ratio
+        self._children: dict[int, list[ReadableSpan]] = {}
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         self.inner.on_start(span, parent_context)
@@ -83,9 +99,16 @@ class UnchangedPassFilter(SpanProcessor):
     def on_end(self, span: ReadableSpan) -> None:
         context = span.get_span_context()
         trace_id = context.trace_id if context else 0
-        unchanged = span.parent is None and (span.attributes or {}).get("outcome") == OUTCOME_UNCHANGED
-        if unchanged and (trace_id & 0xFFFFFFFFFFFFFFFF) >= self.threshold:
-            return  # an unchanged pass writes nothing, so it has no write spans to orphan
+        if span.parent is not None:
+            if len(self._children) >= _MAX_HELD_TRACES:
+                self._children.clear()  # a bound against roots that never end, not a policy
+            self._children.setdefault(trace_id, []).append(span)
+            return
+        children = self._children.pop(trace_id, [])
+        if not exported(trace_id, (span.attributes or {}).get("outcome"), self.ratio):
+            return
+        for child in children:
+            self.inner.on_end(child)
         self.inner.on_end(span)
 
     def shutdown(self) -> None:
@@ -102,17 +125,28 @@ class PassSpan:
     span: trace.Span
     outcome: str = OUTCOME_UNCHANGED
     reasons: list[str] = field(default_factory=list)
+    linked: set[tuple[int, int]] = field(default_factory=set)  # (trace id, span id) already linked
 
     def changed(self) -> None:
         self.outcome = OUTCOME_CHANGED
+
+    def read(self, *objects: Mapping[str, Any] | None) -> None:
+        """Link this pass to the passes that wrote the objects it read (each pass once)."""
+        for obj in objects:
+            written_by = extract(obj)
+            if written_by is not None and _id(written_by) not in self.linked:
+                self.linked.add(_id(written_by))
+                self.span.add_link(written_by, {"link.kind": "written_by"})
 
 
 class Tracing:
     """One operator's tracer, and the memory of each object's last pass (for links)."""
 
-    def __init__(self, provider: trace.TracerProvider, name: str) -> None:
+    def __init__(self, provider: trace.TracerProvider, name: str, ratio: float | None = None) -> None:
         self.provider = provider
         self.tracer = provider.get_tracer(name)
+        self.ratio = unchanged_ratio() if ratio is None else ratio
+        # The last *exported* pass per key: a link never points at a span that was dropped.
         self._last_pass: dict[str, SpanContext] = {}
 
     @contextmanager
@@ -130,9 +164,11 @@ class Tracing:
         uid = str(metadata.get("uid") or "")
         key = link_key or uid
         links = [Link(ctx, {"link.kind": "previous_pass"}) for ctx in [self._last_pass.get(key)] if ctx]
+        linked = {_id(link.context) for link in links}
         for other in (obj, *related):
             written_by = extract(other)
-            if written_by is not None and all(link.context != written_by for link in links):
+            if written_by is not None and _id(written_by) not in linked:
+                linked.add(_id(written_by))
                 links.append(Link(written_by, {"link.kind": "written_by"}))
         attributes: dict[str, str | int] = {
             "k8s.object.kind": kind,
@@ -144,7 +180,7 @@ class Tracing:
         with self.tracer.start_as_current_span(
             f"reconcile {kind}", context=Context(), links=links, attributes=attributes
         ) as span:
-            report = PassSpan(span)
+            report = PassSpan(span, linked=linked)
             token = _CURRENT_PASS.set(report)
             try:
                 yield report
@@ -157,10 +193,11 @@ class Tracing:
                 span.set_attribute("outcome", report.outcome)
                 if report.reasons:
                     span.set_attribute("condition.reasons", report.reasons)
-                if key and span.get_span_context().is_valid:
+                context = span.get_span_context()
+                if key and context.is_valid and exported(context.trace_id, report.outcome, self.ratio):
                     if len(self._last_pass) >= _MAX_REMEMBERED:
                         self._last_pass.clear()
-                    self._last_pass[key] = span.get_span_context()
+                    self._last_pass[key] = context
 
     def forget(self, uid: str) -> None:
         self._last_pass.pop(uid, None)
@@ -169,6 +206,10 @@ class Tracing:
     def child(self, name: str, **attributes: str) -> Iterator[trace.Span]:
         with self.tracer.start_as_current_span(name, attributes=attributes) as span:
             yield span
+
+
+def _id(context: SpanContext) -> tuple[int, int]:
+    return context.trace_id, context.span_id
 
 
 def current_pass() -> PassSpan | None:

@@ -27,7 +27,7 @@ def test_the_demo_shows_a_tenant_and_a_hoster_what_they_need() -> None:
         "ExclusivityConflict",  # vm1-whole loses the VM's pod to vm1-ssh
         "WHAT A HOSTER SEES",
         "cozystack_gpuclass_free",
-        "endpointattachment_pool_addresses",
+        "cozystack_endpointattachment_pool_addresses",
         "nothing left running",
     ):
         assert expected in output, f"{expected!r} missing from the demo:\n{output[-4000:]}"

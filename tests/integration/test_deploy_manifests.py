@@ -17,7 +17,7 @@ import json
 import re
 from collections.abc import AsyncIterator, Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, cast
 
 import pytest
 import yaml
@@ -269,7 +269,10 @@ def test_owned_yaml_files_start_with_a_comment() -> None:
 
 # --- monitoring names what the operators export --------------------------------------------------
 
-METRIC = re.compile(r"\b((?:cozystack_gpuclass|gpuclass|endpointattachment)_\w+)")
+METRIC = re.compile(
+    r"\b((?:cozystack_gpuclass|gpuclass|cozystack_endpointattachment|endpointattachment"
+    r"|controller_runtime|workqueue)_\w+)"
+)
 SELECTOR = re.compile(r"\b([A-Za-z_:][\w:]*)\s*\{([^}]*)\}")
 MATCHER = re.compile(r"(\w+)\s*(?:=~|!~|!=|=)")
 GROUPING = re.compile(r"\b(?:by|without|on|ignoring)\s*\(([^)]*)\)")
@@ -281,18 +284,23 @@ TARGET_LABELS = frozenset({"job", "instance", "namespace", "pod", "service", "en
 def exported_metrics() -> dict[str, frozenset[str]]:
     """Every sample name both operators serve, with its label names: their registries built as their
     ``__main__`` builds them (imported here, so an operator being rewritten fails this test only)."""
+    from opentelemetry.trace import NoOpTracerProvider
     from prometheus_client import CollectorRegistry
 
-    from operators.endpointattachment.metrics import WorldCollector
-    from operators.endpointattachment.world import World
-    from operators.gpuclass.metrics import Metrics
-    from shared.operator import Telemetry
+    from operators.endpointattachment.controller import build
+    from operators.endpointattachment.settings import Settings
+    from operators.gpuclass.controller import build as build_gpuclass
+    from operators.gpuclass.settings import Settings as GPUClassSettings
+    from shared.kube import Kube
+    from shared.runtime.manager import Manager
+    from shared.telemetry.tracing import Tracing
 
     gpuclass, endpointattachment = CollectorRegistry(), CollectorRegistry()
-    Telemetry.create("gpuclass", gpuclass)
-    Metrics(gpuclass)
-    Telemetry.create("endpointattachment", endpointattachment)
-    endpointattachment.register(WorldCollector(World()))
+    gpuclass_manager = Manager(cast(Kube, None), gpuclass, Tracing(NoOpTracerProvider(), "test"))
+    build_gpuclass(gpuclass_manager, gpuclass, GPUClassSettings())
+    # Declared, never run: no request is made, so no client is needed.
+    manager = Manager(cast(Kube, None), endpointattachment, Tracing(NoOpTracerProvider(), "test"))
+    build(manager, endpointattachment, Settings())
     suffixes = {"counter": ("_total",), "histogram": ("_bucket", "_count", "_sum"), "gauge": ("",)}
     exported: dict[str, frozenset[str]] = {}
     for registry in (gpuclass, endpointattachment):

@@ -1,6 +1,6 @@
 """The EndpointAttachment operator on the local control plane, as a subprocess under its own
-ServiceAccount and ClusterRole (config/rbac/endpointattachment), with the CRDs of config/crd and
-Flux's real HelmRelease CRD.
+ServiceAccount and ClusterRole (config/rbac/endpointattachment), with the CRDs of
+config/crd/endpointattachment and Flux's real HelmRelease CRD.
 
 The tests play the missing parts through the API: Cozystack's lineage webhook (labels on the apps'
 Services), the kubelet (Pods marked Ready with an IP; the endpoint-slice controller does the rest),
@@ -52,11 +52,14 @@ ALLOCATIONS = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
 PROXIES = Resource(GROUP_VERSION, "serviceproxies", namespaced=False)
 HELMRELEASES = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
 OPERATOR_NAMESPACE = "cozy-endpointattachment"
+TENANT_ROLES = frozenset({"tenant_roles.yaml"})  # the tenants' roles, not the operator's
+# The controller whose passes the tests count (one of the operator's three).
+ATTACHMENT_CONTROLLER = "endpointattachment"
 NODE = "ea-it-node"
 CRD_FILES = [
     "tests/fixtures/helmrelease-crd.yaml",
     *(
-        f"config/crd/local.sdn.cozystack.io_{plural}.yaml"
+        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
         for plural in (
             "endpointattachments",
             "ipaddressclaims",
@@ -82,11 +85,11 @@ async def ea_operator(
 ) -> AsyncIterator[RunningOperator]:
     """The operator, authenticated as its own ServiceAccount, authorised by its ClusterRole only."""
     namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-    rbac = [
-        doc
-        for f in ("service_account", "role", "role_binding")
-        for doc in load(f"config/rbac/endpointattachment/{f}.yaml")
-    ]
+    # Everything config/rbac/endpointattachment installs for the operator itself (its ClusterRole,
+    # and the Role on Leases in its namespace for leader election), but the tenants' roles.
+    rbac_dir = "config/rbac/endpointattachment"
+    files = [f for f in load(f"{rbac_dir}/kustomization.yaml")[0]["resources"] if f not in TENANT_ROLES]
+    rbac = [doc for f in files for doc in load(f"{rbac_dir}/{f}")]
     await apply_all(kube, [namespace_doc, *rbac])
     kubeconfig = await serviceaccount_kubeconfig(
         kube,
@@ -95,7 +98,11 @@ async def ea_operator(
         "endpointattachment-operator",
         tmp_path / "op.kubeconfig",
     )
-    args = ["--repair-interval-seconds=1", "--repair-grace-seconds=2"]
+    args = [
+        "--repair-interval-seconds=1",
+        "--repair-grace-seconds=2",
+        f"--leader-election-namespace={OPERATOR_NAMESPACE}",
+    ]
     async with operator_process(
         "operators.endpointattachment", kubeconfig, args, tmp_path / "operator.log", extra_env
     ) as running:
@@ -322,8 +329,13 @@ async def test_minted_attachment_renders_a_mirroring_service_and_becomes_ready(
 
 
 async def reconciles(operator: RunningOperator) -> float:
+    """Passes over attachments so far, whatever their result."""
     samples = await operator.scrape()
-    return sum(v for (name, _), v in samples.items() if name == "endpointattachment_reconcile_total")
+    return sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "controller_runtime_reconcile_total" and ("controller", ATTACHMENT_CONTROLLER) in labels
+    )
 
 
 async def _more(operator: RunningOperator, before: float) -> bool:
@@ -655,17 +667,27 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
             samples = await operator.scrape()
             names = {name for name, _ in samples}
             assert {
-                "endpointattachment_reconcile_total",
-                "endpointattachment_watch_last_event_age_seconds",
+                "controller_runtime_reconcile_total",
+                "controller_runtime_reconcile_time_seconds_bucket",
+                "workqueue_depth",
+                "leader_election_master_status",
             } <= names
-            assert "endpointattachment_reconcile_duration_seconds_bucket" in names
+            assert {labels for name, labels in samples if name == "controller_runtime_active_workers"} == {
+                (("controller", controller),)
+                for controller in ("endpointattachment", "ipaddressclaim", "ipaddressclass")
+            }
+            success = (
+                "controller_runtime_reconcile_total",
+                (("controller", ATTACHMENT_CONTROLLER), ("result", "success")),
+            )
+            assert samples[success] >= 1
             allocated = (
-                "endpointattachment_pool_addresses",
+                "cozystack_endpointattachment_pool_addresses",
                 (("ipaddressclass", "it-trace"), ("state", "allocated")),
             )
             assert samples[allocated] == 1
             published_ready = (
-                "endpointattachment_attachments",
+                "cozystack_endpointattachment_attachments",
                 (("reason", "Published"), ("status", "True"), ("type", "Ready")),
             )
             assert samples[published_ready] >= 1

@@ -1,4 +1,4 @@
-"""The EndpointAttachment kinds' schemas and RBAC (config/crd/local.sdn.cozystack.io_*,
+"""The EndpointAttachment kinds' schemas and RBAC (config/crd/endpointattachment/,
 config/rbac/endpointattachment) on the local control plane.
 
 What the API server itself refuses, with the message a person reads, one row per promise; what the
@@ -50,7 +50,7 @@ from tests.support.manifests import apply_all, load
 from tests.support.waiting import wait_for_object
 
 CRD_FILES = tuple(
-    f"config/crd/{GROUP}_{plural}.yaml"
+    f"config/crd/endpointattachment/{GROUP}_{plural}.yaml"
     for plural in (
         ENDPOINT_ATTACHMENT_PLURAL,
         IP_ADDRESS_CLAIM_PLURAL,

@@ -1,6 +1,7 @@
 """The GPUClass operator on the local control plane, running as a subprocess under its own
-ServiceAccount and least-privilege ClusterRole (config/rbac/gpuclass), against real Nodes, Pods,
-the real KubeVirt CRD and CR (tests/fixtures), and the GPUClass CRD from config/crd.
+ServiceAccount and least-privilege roles (config/rbac/gpuclass: the ClusterRole, and the Role for
+its leader-election Lease in its own namespace), against real Nodes, Pods, the real KubeVirt CRD and
+CR (tests/fixtures), and the GPUClass CRD from config/crd/gpuclass.
 
 The tests play the kubelet: Nodes get their Ready condition and allocatable through the status
 subresource, Pods their phase.
@@ -15,6 +16,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+import yaml
 
 from hack.devcluster import ClusterInfo
 from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj, Resource
@@ -28,7 +30,7 @@ from tests.gpuclass_builders import (
     reference_pods,
 )
 from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import apply_all, delete_crd, load
+from tests.support.manifests import ROOT, apply_all, delete_crd, load
 from tests.support.operators import RunningOperator, operator_process
 from tests.support.waiting import eventually, wait_for_object
 
@@ -38,6 +40,9 @@ KUBEVIRT_NAMESPACE = "cozy-kubevirt"
 OPERATOR_NAMESPACE = "cozy-gpuclass"
 NODE_PREFIX = "gpu-it-"  # every node here is named so; the status must never mention one
 RECHECK_SECONDS = 2.0
+LEASE = "cozystack-gpuclass-operator"  # the leader-election Lease, in OPERATOR_NAMESPACE
+RBAC_DIR = "config/rbac/gpuclass"
+NAMESPACED_RBAC_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding"})
 
 # The design's reference table: class -> (freeUnits, maxFreeUnitsPerNode, {type: (status, reason)}).
 OWNED, IN_USE = ("False", "ResourceNameOwned"), ("True", "ResourceNameInUse")
@@ -161,7 +166,7 @@ class GPUWorld:
 
 @pytest.fixture(scope="module")
 async def gpuclass_crd(kube: Kube) -> None:
-    await apply_all(kube, load("config/crd/gpu.cozystack.io_gpuclasses.yaml"))
+    await apply_all(kube, load("config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml"))
 
 
 @pytest.fixture
@@ -172,18 +177,25 @@ async def world(kube: Kube, namespace: str, gpuclass_crd: None) -> AsyncIterator
     await gpu_world.cleanup()
 
 
+def operator_rbac() -> list[Obj]:
+    """Every document config/rbac/gpuclass deploys (its kustomization's resources: the ServiceAccount,
+    the ClusterRole and its binding, the leader-election Role and its binding, the reader role), with
+    the operator's namespace where kustomize would set it."""
+    listed = yaml.safe_load((ROOT / RBAC_DIR / "kustomization.yaml").read_text())["resources"]
+    docs = [doc for name in listed for doc in load(f"{RBAC_DIR}/{name}")]
+    for doc in docs:
+        if doc["kind"] in NAMESPACED_RBAC_KINDS:
+            doc["metadata"].setdefault("namespace", OPERATOR_NAMESPACE)
+    return docs
+
+
 @pytest.fixture
 async def operator(
     kube: Kube, cluster: ClusterInfo, gpuclass_crd: None, tmp_path: Path
 ) -> AsyncIterator[RunningOperator]:
     """The operator, authenticated as its own ServiceAccount, authorised by config/rbac/gpuclass only."""
     namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-    rbac = [
-        doc
-        for f in ("service_account", "role", "role_binding", "gpuclass_reader")
-        for doc in load(f"config/rbac/gpuclass/{f}.yaml")
-    ]
-    await apply_all(kube, [namespace_doc, *rbac])
+    await apply_all(kube, [namespace_doc, *operator_rbac()])
     kubeconfig = await serviceaccount_kubeconfig(
         kube, cluster.kubeconfig, OPERATOR_NAMESPACE, "gpuclass-operator", tmp_path / "operator.kubeconfig"
     )
@@ -191,6 +203,7 @@ async def operator(
         "--debounce-seconds=0.2",
         f"--kubevirt-recheck-seconds={RECHECK_SECONDS}",
         f"--kubevirt-namespace={KUBEVIRT_NAMESPACE}",
+        f"--leader-election-namespace={OPERATOR_NAMESPACE}",
     ]
     async with operator_process("operators.gpuclass", kubeconfig, args, tmp_path / "operator.log") as running:
         yield running
@@ -297,11 +310,12 @@ async def test_reference_fixture_gives_the_design_table(
     eligible = (("gpuclass", "h200"), ("resource", H200), ("state", "eligible"))
     assert samples[("cozystack_gpuclass_nodes", eligible)] == 2
 
-    assert samples[("gpuclass_reconcile_total", (("result", "changed"),))] >= 1
-    assert ("gpuclass_watch_last_event_age_seconds", ()) in samples
+    passes = (("controller", "gpuclass"), ("result", "success"))
+    assert samples[("controller_runtime_reconcile_total", passes)] >= 1
+    assert samples[("leader_election_master_status", (("name", LEASE),))] == 1
     assert await operator.healthz() == 200
 
-    # Event handlers only: nothing (no kopf annotation, no finalizer) was written to Nodes or Pods.
+    # Informers only: nothing (no kopf annotation, no finalizer) was written to Nodes or Pods.
     for resource, namespace in ((NODES, None), (PODS, world.namespace)):
         for item in (await kube.list(resource.path(namespace)))["items"]:
             assert not item["metadata"].get("annotations"), item["metadata"]

@@ -14,7 +14,7 @@ GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=Fals
 
 @pytest.fixture(scope="module")
 async def gpuclass_crd(kube: Kube) -> None:
-    await apply_all(kube, load("config/crd/gpu.cozystack.io_gpuclasses.yaml"))
+    await apply_all(kube, load("config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml"))
 
 
 def gpu_class(name: str, **spec: Any) -> Obj:

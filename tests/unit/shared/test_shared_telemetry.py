@@ -1,5 +1,5 @@
-"""Tracing across passes (links, outcome, traceparent carrier, sampling of unchanged passes),
-the reconcile metrics and the liveness verdict, without any server."""
+"""Tracing across passes (links, outcome, traceparent carrier, sampling of unchanged passes with
+their children, links only to exported passes) and the health verdicts, without any server."""
 
 from __future__ import annotations
 
@@ -10,11 +10,9 @@ import pytest
 from opentelemetry.sdk.trace import ReadableSpan, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.trace import NoOpTracerProvider
-from prometheus_client import CollectorRegistry
 
 from shared.kube import _resource_of
-from shared.telemetry.health import Liveness
-from shared.telemetry.metrics import ReconcileMetrics
+from shared.telemetry.health import Health
 from shared.telemetry.tracing import (
     OUTCOME_CHANGED,
     OUTCOME_ERROR,
@@ -42,7 +40,7 @@ def tracing(ratio: float = 1.0) -> tuple[Tracing, Collect]:
     exporter = Collect()
     provider = TracerProvider()
     provider.add_span_processor(UnchangedPassFilter(SimpleSpanProcessor(exporter), ratio))
-    return Tracing(provider, "test"), exporter
+    return Tracing(provider, "test", ratio=ratio), exporter
 
 
 OBJ = {"metadata": {"name": "a", "namespace": "ns", "uid": "u-1", "generation": 2}}
@@ -118,26 +116,49 @@ def test_tracing_is_a_no_op_without_an_endpoint() -> None:
     )
 
 
-def test_reconcile_metrics_carry_no_object_names() -> None:
-    registry = CollectorRegistry()
-    metrics = ReconcileMetrics("demo", registry)
-    metrics.observe("changed", 0.01)
-    metrics.event_seen()
-    names = {s.name: s.labels for family in registry.collect() for s in family.samples}
-    assert names["demo_reconcile_total"] == {"result": "changed"}
-    assert names["demo_watch_last_event_age_seconds"] == {}
-    assert registry.get_sample_value("demo_watch_last_event_age_seconds") is not None
+def test_children_of_a_dropped_pass_are_dropped_with_it() -> None:
+    traced, exported = tracing(ratio=0.0)
+    for _ in range(5):
+        with traced.start_pass("GPUClass", OBJ), traced.child("read KubeVirt CR"):
+            pass
+    with traced.start_pass("GPUClass", OBJ), traced.child("read KubeVirt CR"):
+        note_write()
+    names = [s.name for s in exported.spans]
+    assert names == ["read KubeVirt CR", "reconcile GPUClass"]  # the changed pass, and its child
 
 
-def test_liveness_fails_on_a_stalled_loop_and_on_silent_watches() -> None:
-    age = [0.0]
-    liveness = Liveness(lambda: age[0], stall_seconds=30, silence_seconds=600)
-    assert liveness.problem() is None
-    age[0] = 601
-    assert liveness.problem() == "no watch event for 601s"
-    age[0] = 0
-    liveness._beat = time.monotonic() - 31
-    assert (liveness.problem() or "").startswith("event loop stalled")
+def test_a_link_never_points_at_a_dropped_pass() -> None:
+    traced, exported = tracing(ratio=0.0)
+    with traced.start_pass("X", OBJ):
+        note_write()
+    for _ in range(3):
+        with traced.start_pass("X", OBJ):
+            pass  # unchanged: dropped
+    with traced.start_pass("X", OBJ):
+        note_write()
+    first, last = exported.spans
+    assert [link.context.span_id for link in last.links] == [first.context.span_id]
+
+
+def test_a_pass_links_to_each_writer_once() -> None:
+    traced, exported = tracing()
+    with traced.start_pass("X", {"metadata": {"uid": "w"}}):
+        child = stamp({"metadata": {"name": "c"}})
+    with traced.start_pass("Y", {"metadata": {"uid": "r"}}, related=[child, child]) as report:
+        report.read(child, child)
+    assert len(exported.spans[1].links) == 1
+
+
+def test_liveness_fails_on_a_stalled_loop_and_on_a_failing_check() -> None:
+    problem: list[str | None] = [None]
+    health = Health(live=[lambda: problem[0]], ready=[lambda: "caches not synced: pods"], stall_seconds=30)
+    assert health.problem() is None
+    assert health.not_ready() == "caches not synced: pods"
+    problem[0] = "controller x: a reconcile has run for 400s"
+    assert health.problem() == problem[0]
+    problem[0] = None
+    health._beat = time.monotonic() - 31
+    assert (health.problem() or "").startswith("event loop stalled")
 
 
 @pytest.mark.parametrize(

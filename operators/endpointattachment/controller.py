@@ -1,0 +1,543 @@
+"""The EndpointAttachment operator on the controller runtime: its caches, three controllers and a
+repair loop, declared.
+
+Decides: the glue, and only the glue.
+
+* **what wakes which pass**: one wiring block per controller. Each watched kind maps a change to the
+  keys it concerns through a named map function given the old and the new version (both map: a
+  Service leaving the proxy frees the pods it held for others), behind predicates: a status-only
+  change of a class or a ServiceProxy wakes no one (status is ours, and no pass reads it), nor does
+  one of a HelmRelease (only its labels and UID are read) or a Namespace that kept its labels. The
+  runtime drops the echo of our own writes by resourceVersion and never wakes the pass that wrote.
+* **attachments**: a pass builds ``Observed`` from the caches (``world``), asks the pure
+  ``reconcile`` for a plan, and applies it. A mint or a claim binding changes what the plan is made
+  of, so the pass decides again at once from the caches (the write's answer is already in them) for
+  a few rounds (``MAX_ROUNDS_PER_PASS``), instead of queueing behind every other attachment.
+* **claims**: ``claims.reconcile_claim`` / ``finalize_claim``, with the same re-deciding after a
+  mint or a release; a user recorded on a claim whose attachment is gone (deleted without its
+  finalizer running) is cleared once the API, not only the cache, confirms it is gone.
+* **classes**: ``status.capacity`` and ``status.allocated`` from the class's allocations (debounced:
+  a burst of mints is one status write).
+* our finalizer on attachments and claims orders deletion: the rendered Service first, then the
+  address (allocation deleted, claim use cleared), then the finalizer.
+* the repair loop (leader only) deletes orphaned allocations (``repair.orphans``) after a grace.
+
+Does not: decide any condition, name, address or Service field (the pure modules do), adopt or delete
+a Service without our controller reference, write labels or annotations to objects it does not own,
+or write anything but through the runtime's ``Writer`` (leader gate, write-through).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import dataclasses
+import logging
+from collections.abc import Callable, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
+from typing import Any, Final
+
+from prometheus_client import CollectorRegistry
+
+from operators.endpointattachment import allocator, claims, repair
+from operators.endpointattachment.constants import (
+    ATTACHMENT_LABEL,
+    ENDPOINT_ATTACHMENT_KIND,
+    ENDPOINTSLICE_SERVICE_NAME_LABEL,
+    IP_ADDRESS_CLAIM_KIND,
+    IP_ADDRESS_CLASS_KIND,
+    SERVICE_PROXY_NAME_LABEL,
+)
+from operators.endpointattachment.metrics import WorldCollector
+from operators.endpointattachment.reconcile import Plan, ServiceAction, reconcile
+from operators.endpointattachment.settings import Settings
+from operators.endpointattachment.world import (
+    ALLOCATIONS,
+    ATTACHMENTS,
+    BY_CLAIM,
+    BY_CLASS,
+    BY_ENDPOINT,
+    BY_NAMESPACE,
+    BY_RENDERED_SERVICE,
+    BY_USER,
+    CLAIMS,
+    CLASSES,
+    HELMRELEASES,
+    INDEXERS,
+    PROXIES,
+    RESOURCES,
+    World,
+    holder_of,
+    labels,
+    slim,
+)
+from shared.conditions import JsonPatch, rfc3339
+from shared.kube import ENDPOINT_SLICES, NAMESPACES, SERVICES, ApiError
+from shared.lineage import application_of, belongs_to
+from shared.ownership import sole_controller
+from shared.runtime.cache import Key, Obj, key_of
+from shared.runtime.controller import (
+    Caches,
+    Result,
+    Watch,
+    Wiring,
+    Write,
+    generation_changed,
+    labels_changed,
+    until_settled,
+)
+from shared.runtime.manager import Manager
+from shared.runtime.writes import Writer
+from shared.telemetry.tracing import current_pass
+
+log = logging.getLogger("endpointattachment")
+
+# Our finalizer holds an attachment (and a claim) until its Service and address are released. It is
+# written by this operator, never by kopf: kopf only runs the process and has no resource handler,
+# so kopf's own finalizer must merely be another name (KOPF_FINALIZER, which it then never adds).
+FINALIZER: Final = "endpointattachment.local.sdn.cozystack.io/finalizer"
+KOPF_FINALIZER: Final = "endpointattachment.operator.cozystack.io/kopf"
+# kopf's annotation prefix: ours alone, never shared with the GPUClass operator or kopf's default.
+STORAGE_PREFIX: Final = "endpointattachment.operator.cozystack.io"
+
+# Rounds of decide-and-apply in one pass before it yields its worker (a mint racing other minters
+# for a nearly full pool can take several); a pass that has not settled by then runs again.
+MAX_ROUNDS_PER_PASS: Final = 4
+# status.capacity is an int64 in the CRD: larger pools report it saturated.
+INT64_MAX: Final = 2**63 - 1
+# A class's counts are for people and alerts, read by no pass: a burst of mints and releases is
+# one status write, a moment after the burst (and never more than a few seconds late).
+CLASS_STATUS_DEBOUNCE_SECONDS: Final = 0.25
+CLASS_STATUS_MAX_DELAY_SECONDS: Final = 2.0
+
+
+def _now() -> str:
+    return rfc3339(datetime.now(UTC))
+
+
+def _versions(old: Obj | None, new: Obj | None) -> Iterator[Obj]:
+    """The versions a change has (both for a modification: whom the old one concerned, too)."""
+    yield from (version for version in (old, new) if version is not None)
+
+
+def is_deletion(old: Obj | None, new: Obj | None) -> bool:
+    """Only the object's disappearance from the cache."""
+    return new is None
+
+
+# --- map functions: attachments --------------------------------------------------------------------
+
+
+def attachments_of_claim(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The attachments naming the claim (its phase, address and recorded user decide AddressBound)."""
+    attachments = caches.store(ATTACHMENTS)
+    return {key for v in _versions(old, new) for key in attachments.index_keys(BY_CLAIM, key_of(v))}
+
+
+def attachments_of_class(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The attachments minting from the class, and those whose claim is of that class."""
+    world = World(caches)
+    return {key for v in _versions(old, new) for key in world.of_class(key_of(v)[1])}
+
+
+def attachments_of_allocation(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The attachment holding the allocation, and every attachment of its class that holds no
+    address yet (a freed address may end its PoolExhausted)."""
+    world = World(caches)
+    keys: set[Key] = set()
+    for version in _versions(old, new):
+        holder = holder_of(version)
+        if holder.get("kind") == ENDPOINT_ATTACHMENT_KIND:
+            keys.add((str(holder.get("namespace") or ""), str(holder.get("name") or "")))
+        class_name = str((version.get("spec") or {}).get("className"))
+        for key in world.of_class(class_name):
+            attachment = world.attachments.get(key)
+            if attachment is not None and not world.held_address(attachment):
+                keys.add(key)
+    return keys
+
+
+def attachments_in_vm_mode(caches: Caches, old: Obj | None, new: Obj | None) -> frozenset[Key]:
+    """Every attachment in a VM mode (a ServiceProxy's declaration gates them all)."""
+    return World(caches).in_vm_mode()
+
+
+def attachments_of_service(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The attachments using the Service as their endpoint; the attachment whose rendered name a
+    Service labelled as ours but not controlled by an attachment squats (to report the conflict);
+    and every VM-mode attachment when the Service is (or was) delegated to a proxy. The attachment
+    controlling a rendered Service is woken through ``owns``."""
+    world = World(caches)
+    keys: set[Key] = set()
+    for version in _versions(old, new):
+        key = key_of(version)
+        keys |= world.attachments.index_keys(BY_ENDPOINT, key)
+        owner = sole_controller(version)
+        if ATTACHMENT_LABEL in labels(version) and (owner or {}).get("kind") != ENDPOINT_ATTACHMENT_KIND:
+            keys |= world.attachments.index_keys(BY_RENDERED_SERVICE, key)
+        if SERVICE_PROXY_NAME_LABEL in labels(version):
+            keys |= world.in_vm_mode()
+    return keys
+
+
+def attachments_of_slice(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The attachments of the slice's Service, and every VM-mode attachment (the ready backends of
+    any proxied Service decide exclusivity)."""
+    world = World(caches)
+    keys: set[Key] = set()
+    for version in _versions(old, new):
+        service = labels(version).get(ENDPOINTSLICE_SERVICE_NAME_LABEL, "")
+        keys |= world.attachments.index_keys(BY_ENDPOINT, (key_of(version)[0], service))
+        keys |= world.in_vm_mode()
+    return keys
+
+
+def attachments_of_helmrelease(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The attachments of its namespace whose endpoint belongs to the release's application (all of
+    them when the release names none, and those whose endpoint is not cached: it may)."""
+    world = World(caches)
+    keys: set[Key] = set()
+    for version in _versions(old, new):
+        app = application_of(version)
+        for attachment in world.attachments.index(BY_NAMESPACE, key_of(version)[0]):
+            endpoint = world.endpoint_of(attachment)
+            if app is None or endpoint is None or belongs_to(endpoint, app):
+                keys.add(key_of(attachment))
+    return keys
+
+
+def attachments_in_namespace(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The attachments of the namespace (its labels decide a class's allowedNamespaces)."""
+    attachments = caches.store(ATTACHMENTS)
+    return {key for v in _versions(old, new) for key in attachments.index_keys(BY_NAMESPACE, key_of(v)[1])}
+
+
+# --- map functions: claims -------------------------------------------------------------------------
+
+
+def claims_of_allocation(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The claim holding the allocation."""
+    keys: set[Key] = set()
+    for version in _versions(old, new):
+        holder = holder_of(version)
+        if holder.get("kind") == IP_ADDRESS_CLAIM_KIND and holder.get("name"):
+            keys.add((str(holder.get("namespace") or ""), str(holder["name"])))
+    return keys
+
+
+def claims_of_class(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The claims of the class."""
+    claims_store = caches.store(CLAIMS)
+    return {key for v in _versions(old, new) for key in claims_store.index_keys(BY_CLASS, key_of(v)[1])}
+
+
+def claims_in_namespace(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The claims of the namespace (its labels decide a class's allowedNamespaces)."""
+    claims_store = caches.store(CLAIMS)
+    return {key for v in _versions(old, new) for key in claims_store.index_keys(BY_NAMESPACE, key_of(v)[1])}
+
+
+def claims_used_by_attachment(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The claims recording the attachment as their user: once it is gone (deleted without its
+    finalizer running), its claims are freed."""
+    claims_store = caches.store(CLAIMS)
+    keys: set[Key] = set()
+    for version in _versions(old, new):
+        uid = (version.get("metadata") or {}).get("uid")
+        if uid:
+            keys |= {k for k in claims_store.index_keys(BY_USER, str(uid)) if k[0] == key_of(version)[0]}
+    return keys
+
+
+# --- map functions: classes ------------------------------------------------------------------------
+
+
+def class_of_allocation(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The class the allocation counts in."""
+    names = {(v.get("spec") or {}).get("className") for v in _versions(old, new)}
+    return {("", str(name)) for name in names if name}
+
+
+# --- the three controllers -------------------------------------------------------------------------
+
+ATTACHMENT_CONTROLLER: Final = Wiring(
+    name="endpointattachment",
+    primary=ATTACHMENTS,
+    primary_kind=ENDPOINT_ATTACHMENT_KIND,
+    owns=(SERVICES,),  # the rendered ea-* Service: its controller reference names the attachment
+    watches=(
+        Watch(CLAIMS, attachments_of_claim),
+        Watch(CLASSES, attachments_of_class, (generation_changed,)),
+        Watch(ALLOCATIONS, attachments_of_allocation),
+        Watch(PROXIES, attachments_in_vm_mode, (generation_changed,)),
+        Watch(SERVICES, attachments_of_service),
+        Watch(ENDPOINT_SLICES, attachments_of_slice),
+        Watch(HELMRELEASES, attachments_of_helmrelease, (labels_changed,)),
+        Watch(NAMESPACES, attachments_in_namespace, (labels_changed,)),
+    ),
+    writes=(
+        Write(ATTACHMENTS, ("patch",)),  # our finalizer, the owner reference to the application
+        Write(ATTACHMENTS, ("patch",), "status"),
+        Write(SERVICES, ("create", "patch", "delete")),
+        Write(ALLOCATIONS, ("create", "delete")),  # mint, release
+        Write(CLAIMS, ("patch",), "status"),  # the claim's user
+    ),
+    workers=Settings.workers,  # the default: ``build`` applies --workers
+)
+
+CLAIM_CONTROLLER: Final = Wiring(
+    name="ipaddressclaim",
+    primary=CLAIMS,
+    primary_kind=IP_ADDRESS_CLAIM_KIND,
+    watches=(
+        Watch(ALLOCATIONS, claims_of_allocation),
+        Watch(CLASSES, claims_of_class, (generation_changed,)),
+        Watch(NAMESPACES, claims_in_namespace, (labels_changed,)),
+        Watch(ATTACHMENTS, claims_used_by_attachment, (is_deletion,)),
+    ),
+    writes=(
+        Write(CLAIMS, ("patch",)),  # our finalizer
+        Write(CLAIMS, ("patch",), "status"),
+        Write(ALLOCATIONS, ("create", "delete")),
+    ),
+    workers=Settings.workers,
+)
+
+CLASS_CONTROLLER: Final = Wiring(
+    name="ipaddressclass",
+    primary=CLASSES,
+    primary_kind=IP_ADDRESS_CLASS_KIND,
+    predicates=(generation_changed,),  # its own status (ours) wakes no one
+    watches=(Watch(ALLOCATIONS, class_of_allocation),),
+    writes=(Write(CLASSES, ("patch",), "status"),),
+    debounce=CLASS_STATUS_DEBOUNCE_SECONDS,
+    max_delay=CLASS_STATUS_MAX_DELAY_SECONDS,
+)
+
+
+# --- reconcilers -----------------------------------------------------------------------------------
+
+
+def _read(*objects: Mapping[str, Any] | None) -> None:
+    """Link the current pass to the passes that wrote what it reads."""
+    report = current_pass()
+    if report is not None:
+        report.read(*objects)
+
+
+def _finalizers(obj: Mapping[str, Any]) -> list[str]:
+    return list((obj.get("metadata") or {}).get("finalizers") or [])
+
+
+class AttachmentReconciler:
+    def __init__(self, world: World, writer: Writer) -> None:
+        self.world, self.writer = world, writer
+
+    async def reconcile(self, key: Key) -> Result:
+        return await until_settled(lambda: self._round(key), MAX_ROUNDS_PER_PASS)
+
+    async def _round(self, key: Key) -> bool:
+        """Decide and apply once; True when a mint or a claim binding asks to decide again."""
+        attachment = self.world.attachments.get(key)
+        if attachment is None:
+            return False
+        observed = self.world.observed(attachment)
+        _read(observed.service, self.world.held_allocation(attachment))
+        plan = reconcile(observed)
+        if plan.finalizing:
+            await self._finalize(attachment, plan, observed.service)
+            return False
+        attachment = await self.writer.ensure_metadata(
+            ATTACHMENTS, attachment, finalizer=FINALIZER, owner_reference=plan.owner_reference
+        )
+        if plan.mint is not None:
+            await allocator.mint(self.writer, plan.mint.allocation)
+            return True
+        if plan.bind_claim is not None and observed.claim is not None:
+            await allocator.bind_claim(self.writer, observed.claim, plan.bind_claim.attachment)
+            return True
+        await self._apply_service(plan, observed.service)
+        await self.writer.patch_status(
+            ATTACHMENTS, attachment, plan.status_patch(attachment.get("status"), _now())
+        )
+        for surplus in self.world.surplus_allocations(attachment):
+            log.info("releasing %s: a second allocation of %s/%s", key_of(surplus)[1], *key)
+            await allocator.release(self.writer, surplus)
+        return False
+
+    async def _finalize(self, attachment: Obj, plan: Plan, service: Mapping[str, Any] | None) -> None:
+        """Service first, then the address, then our finalizer: nothing is left holding anything."""
+        if FINALIZER not in _finalizers(attachment):
+            return
+        namespace, _ = key_of(attachment)
+        await self._apply_service(plan, service)
+        if plan.release_claim:
+            claim = self.world.claims.get((namespace, plan.release_claim))
+            if claim is not None:
+                await allocator.unbind_claim(self.writer, claim, attachment["metadata"]["uid"])
+        allocation = self.world.held_allocation(attachment)
+        if allocation is not None:
+            await allocator.release(self.writer, allocation)
+        await self.writer.remove_finalizer(ATTACHMENTS, attachment, FINALIZER)
+
+    async def _apply_service(self, plan: Plan, existing: Mapping[str, Any] | None) -> None:
+        action = plan.service_action
+        if action is ServiceAction.CREATE and plan.service is not None:
+            try:
+                await self.writer.create(SERVICES, plan.service)
+            except ApiError as error:
+                if error.status != 409:
+                    raise
+                # A squatter: its watch event wakes this attachment, whose next pass reports it.
+                log.info("Service %s/%s appeared before ours; next pass decides", *key_of(plan.service))
+        elif action is ServiceAction.PATCH and existing is not None and plan.service_patch is not None:
+            await self.writer.patch(SERVICES, existing, plan.service_patch, "merge")
+        elif action in (ServiceAction.DELETE, ServiceAction.RECREATE) and existing is not None:
+            # The UID precondition: only the very Service we judged ours is ever deleted.
+            await self.writer.delete(SERVICES, existing)
+
+
+class ClaimReconciler:
+    def __init__(self, world: World, writer: Writer) -> None:
+        self.world, self.writer = world, writer
+
+    async def reconcile(self, key: Key) -> Result:
+        return await until_settled(lambda: self._round(key), MAX_ROUNDS_PER_PASS)
+
+    async def _round(self, key: Key) -> bool:
+        """Decide and apply once; True when a mint or a release asks to decide again."""
+        claim = self.world.claims.get(key)
+        if claim is None:
+            return False
+        _read(self.world.held_allocation(claim))
+        claim = await self._clear_stale_user(claim)
+        if claim["metadata"].get("deletionTimestamp"):
+            if FINALIZER not in _finalizers(claim):
+                return False
+            held = self.world.held_allocation(claim)
+            final = claims.finalize_claim(claim, key_of(held)[1] if held else None)
+            updated = await self.writer.patch_status(
+                CLAIMS, claim, final.status_patch(claim.get("status"), _now())
+            )
+            if final.release_allocation and held is not None:
+                await allocator.release(self.writer, held)
+                return True  # the finalizer comes off in the round that sees the address free
+            if final.remove_finalizer:
+                await self.writer.remove_finalizer(CLAIMS, updated or claim, FINALIZER)
+            return False
+        claim = await self.writer.ensure_metadata(CLAIMS, claim, finalizer=FINALIZER)
+        held_address = self.world.held_address(claim)
+        class_name = str((claim.get("spec") or {}).get("className"))
+        plan = claims.reconcile_claim(
+            claim,
+            self.world.address_class(class_name),
+            held_address,
+            self.world.taken_addresses() if held_address is None else frozenset(),
+            self.world.namespace_labels(key[0]),
+        )
+        if plan.mint is not None:
+            await allocator.mint(self.writer, plan.mint.allocation)
+            return True
+        await self.writer.patch_status(CLAIMS, claim, plan.status_patch(claim.get("status"), _now()))
+        for surplus in self.world.surplus_allocations(claim):
+            log.info("releasing %s: a second allocation of claim %s/%s", key_of(surplus)[1], *key)
+            await allocator.release(self.writer, surplus)
+        return False
+
+    async def _clear_stale_user(self, claim: Obj) -> Obj:
+        """A claim whose recorded user is gone (deleted without its finalizer running) is freed,
+        once the API, not only the cache, confirms that attachment is gone."""
+        user = (claim.get("status") or {}).get("attachment") or {}
+        uid, namespace = user.get("uid"), key_of(claim)[0]
+        if not uid or self.world.attachment_with_uid(namespace, str(uid)) is not None:
+            return claim
+        current = await self.writer.kube.get(ATTACHMENTS.path(namespace, str(user.get("name") or "")))
+        if current is not None and current["metadata"]["uid"] == uid:
+            return claim
+        log.info("claim %s/%s: user %s is gone; freeing the claim", *key_of(claim), user)
+        freed = await allocator.unbind_claim(self.writer, claim, str(uid))
+        return freed or claim
+
+
+class ClassReconciler:
+    def __init__(self, world: World, writer: Writer) -> None:
+        self.world, self.writer = world, writer
+
+    async def reconcile(self, key: Key) -> Result:
+        address_class = self.world.classes.get(key)
+        if address_class is None:
+            return Result()
+        capacity, allocated = repair.class_usage(address_class, self.world.allocations_of_class(key[1]))
+        if capacity is not None:
+            capacity = min(capacity, INT64_MAX)  # an IPv6 /64 holds more than the int64 status field
+        stored = address_class.get("status") or {}
+        fields = {"capacity": capacity, "allocated": allocated}
+        ops: JsonPatch = [] if stored else [{"op": "add", "path": "/status", "value": {}}]
+        for field_name, value in fields.items():
+            if value is None and field_name in stored:
+                ops.append({"op": "remove", "path": f"/status/{field_name}"})
+            elif value is not None and stored.get(field_name) != value:
+                ops.append({"op": "add", "path": f"/status/{field_name}", "value": value})
+        if len(ops) > (0 if stored else 1):
+            await self.writer.patch_status(CLASSES, address_class, ops)
+        return Result()
+
+
+# --- repair ----------------------------------------------------------------------------------------
+
+
+class Repairer:
+    """Deletes orphaned allocations, every ``interval``, on the leader only."""
+
+    def __init__(
+        self,
+        world: World,
+        writer: Writer,
+        interval: float,
+        grace: float,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.world, self.writer = world, writer
+        self.interval, self.grace, self.clock = interval, timedelta(seconds=grace), clock
+
+    async def run(self) -> None:
+        while True:
+            await asyncio.sleep(self.interval)  # the repair period, not a wait for an effect
+            try:
+                await self.once()
+            except Exception:
+                log.exception("repair pass failed; the next one retries")
+
+    async def once(self) -> int:
+        removed = 0
+        allocations = list(self.world.allocations.values())  # before the holders: see repair.orphans
+        holders = self.world.live_holders()
+        for orphan in repair.orphans(allocations, holders, self.clock(), self.grace):
+            allocation = self.world.allocations.get(("", orphan.name))
+            if allocation is None or (allocation.get("metadata") or {}).get("uid") != orphan.uid:
+                continue
+            if not await allocator.holder_is_gone(self.writer, allocation):
+                continue
+            log.info("releasing orphaned allocation %s: %s", orphan.name, orphan.reason)
+            await allocator.release(self.writer, allocation)
+            removed += 1
+        return removed
+
+
+# --- the operator, declared ------------------------------------------------------------------------
+
+
+def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> None:
+    """Every cache with its named indexes, the three controllers, the repair loop, the metrics."""
+    for resource in RESOURCES:
+        manager.informer(resource, indexers=INDEXERS.get(resource), transform=slim)
+    world = World(manager)
+    writer = manager.writer
+    workers = max(1, settings.workers)
+    manager.add(
+        dataclasses.replace(ATTACHMENT_CONTROLLER, workers=workers), AttachmentReconciler(world, writer)
+    )
+    manager.add(dataclasses.replace(CLAIM_CONTROLLER, workers=workers), ClaimReconciler(world, writer))
+    manager.add(CLASS_CONTROLLER, ClassReconciler(world, writer))
+    repairer = Repairer(world, writer, settings.repair_interval_seconds, settings.repair_grace_seconds)
+    manager.add_leader_runnable(repairer.run)
+    registry.register(WorldCollector(world))

@@ -1,0 +1,271 @@
+"""The GPUClass controller on the runtime: what wakes a pass, what one pass does, which caches it reads.
+
+Decides only the plumbing around the pure core:
+
+* **wiring** (``wiring``, one declarative block): every class is decided together (the oldest owns a
+  resource name, so deleting it hands the name to the next one in the same pass), so every change
+  wakes the one key ``ALL_CLASSES``: a class created, deleted or with a new spec (not a status
+  write: ours must not wake a pass, and no one else writes it), and any Node or Pod change that
+  moved the inventory. A burst coalesces into one pass (``debounce``, at most ``max_delay``); the
+  KubeVirt CR is read on every pass and never watched, so passes also run every
+  ``kubevirt_recheck_seconds`` (``resync``): the operator works with no kubevirt.io kinds served and
+  notices a CRD and CR installed later within the recheck;
+* **caches**: Nodes and Pods are *folded* into the ``Inventory`` (``NodeFold``, ``PodFold``; nothing
+  of a Pod is stored but its contribution, and a Pod missing from a re-list is released), Pods
+  listed as the scheduler lists them (bound, not finished: the API server filters the rest);
+  GPUClasses are a plain store;
+* **one pass** (``Reconciler.reconcile``): read the KubeVirt CR (a timeout or 5xx keeps the last
+  definitive read for the grace period), call ``decide`` for every class, publish the figures to
+  the metrics, write each class's status only where it differs (a JSON patch pinned to the class's
+  UID, through the runtime's ``Writer``: refused when this replica does not lead) and post the
+  Events of its transitions. A pass with nothing to change writes nothing.
+
+Does not decide any figure or condition (``decide`` does) and never writes anything but class
+status and Events. Retries, backoff, tracing per pass and the reconcile metrics are the runtime's.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Callable, Iterable, Mapping
+from datetime import UTC, datetime
+from typing import Final, cast
+
+from prometheus_client import CollectorRegistry
+
+from operators.gpuclass.decide import ClassDecision, decide, transition_events
+from operators.gpuclass.inventory import Inventory
+from operators.gpuclass.kubevirt import Definitive, KubeVirtRead, remember, view
+from operators.gpuclass.kubevirt_read import KUBEVIRTS, read_kubevirt
+from operators.gpuclass.metrics import STAGE_PASS, STAGE_STATUS_WRITE, Metrics
+from operators.gpuclass.settings import Settings
+from shared.conditions import rfc3339, status_patch
+from shared.events import post_event
+from shared.kube import EVENTS, NODES, PODS, Kube, Resource
+from shared.runtime.cache import Key, Obj
+from shared.runtime.controller import (
+    Caches,
+    Conflict,
+    Result,
+    Watch,
+    Wiring,
+    Write,
+    generation_changed,
+)
+from shared.runtime.manager import Manager
+from shared.runtime.writes import NotLeader, Writer
+from shared.telemetry.tracing import Tracing, current_pass
+
+log = logging.getLogger("gpuclass")
+
+GPUCLASSES: Final = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
+# The controller's name: the metrics' ``controller`` label, the queue's name, the span's attribute.
+CONTROLLER_NAME: Final = "gpuclass"
+# Reported as the source of Events.
+COMPONENT: Final = "cozystack-gpuclass-operator"
+# The one key every change wakes: a pass decides every class at once.
+ALL_CLASSES: Final[Key] = ("", "all-gpuclasses")
+# The scheduler's own selector for the pods that hold resources (kube-scheduler's assigned-pod
+# informer): bound and not finished. A pod leaving it (finished) arrives as a deletion, so the
+# inventory releases it; unbound and finished pods never reach the process at all.
+POD_FIELD_SELECTOR: Final = "spec.nodeName!=,status.phase!=Succeeded,status.phase!=Failed"
+# Status writes of one pass go out concurrently (bounded): during churn a pass is as slow as them.
+STATUS_WRITE_CONCURRENCY: Final = 8
+
+
+# --- wiring ---------------------------------------------------------------------------------------
+
+
+def all_classes_key(obj: Obj) -> Key:
+    """Which key a GPUClass change wakes: the one pass over every class."""
+    return ALL_CLASSES
+
+
+def all_classes(caches: Caches, old: Obj | None, new: Obj | None) -> Iterable[Key]:
+    """Which keys a Node or Pod change wakes (the fold already said the inventory moved): every
+    class may take its units from any node, so the one pass over every class."""
+    return (ALL_CLASSES,)
+
+
+def wiring(settings: Settings) -> Wiring:
+    return Wiring(
+        name=CONTROLLER_NAME,
+        primary=GPUCLASSES,
+        primary_kind="GPUClass",
+        key=all_classes_key,
+        predicates=(generation_changed,),  # created, deleted, spec changed; never a status write
+        watches=(Watch(NODES, map=all_classes), Watch(PODS, map=all_classes)),
+        writes=(Write(GPUCLASSES, ("patch",), "status"), Write(EVENTS, ("create",))),
+        debounce=settings.debounce_seconds,
+        max_delay=settings.max_delay_seconds,
+        resync=settings.kubevirt_recheck_seconds,
+    )
+
+
+# --- caches: Nodes and Pods folded into the inventory ----------------------------------------------
+
+
+class NodeFold:
+    """Nodes folded into the inventory (the runtime's ``Fold``): keyed ``("", name)``."""
+
+    __slots__ = ("inventory",)
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+
+    def upsert(self, key: Key, obj: Obj) -> bool:
+        return self.inventory.upsert_node(obj)
+
+    def delete(self, key: Key) -> bool:
+        return self.inventory.delete_node(key[1])
+
+    def keys(self) -> Iterable[Key]:
+        return [("", node.name) for node in self.inventory.nodes()]
+
+
+class PodFold:
+    """Pods folded into the inventory (the runtime's ``Fold``): the inventory keeps each pod's
+    contribution under the informer's ``(namespace, name)`` key, and nothing else. Only pods that
+    contribute are held, so only they can be released by a re-list."""
+
+    __slots__ = ("inventory",)
+
+    def __init__(self, inventory: Inventory) -> None:
+        self.inventory = inventory
+
+    def upsert(self, key: Key, obj: Obj) -> bool:
+        return self.inventory.upsert_pod(obj, key)
+
+    def delete(self, key: Key) -> bool:
+        return self.inventory.delete_pod(key)
+
+    def keys(self) -> Iterable[Key]:
+        # A copy: the informer releases pods while it walks these. Every key here came from upsert.
+        return cast(list[Key], list(self.inventory.pod_keys()))
+
+
+# --- one pass ---------------------------------------------------------------------------------------
+
+
+class Reconciler:
+    """One pass over every class; remembers the last KubeVirt reads between passes."""
+
+    def __init__(
+        self,
+        caches: Caches,
+        writer: Writer,
+        kube: Kube,
+        tracing: Tracing,
+        inventory: Inventory,
+        metrics: Metrics,
+        settings: Settings,
+        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+    ) -> None:
+        self.caches, self.writer, self.kube, self.tracing = caches, writer, kube, tracing
+        self.inventory, self.metrics, self.settings, self.clock = inventory, metrics, settings, clock
+        self.kubevirt_read: KubeVirtRead | None = None
+        self.kubevirt_known: Definitive | None = None
+
+    async def reconcile(self, key: Key) -> Result:
+        started = time.perf_counter()
+        try:
+            now = self.clock()
+            try:
+                classes, decisions = await self._decide(now)
+            except Exception:
+                self.metrics.pass_errors.labels(stage=STAGE_PASS).inc()
+                raise
+            self.metrics.classes.decisions = decisions
+            await self._write(classes, decisions, rfc3339(now))
+            return Result()
+        finally:
+            self.metrics.pass_duration.observe(time.perf_counter() - started)
+            self.metrics.last_pass.set(time.time())
+
+    async def _decide(self, now: datetime) -> tuple[list[Obj], dict[str, ClassDecision]]:
+        settings = self.settings
+        with self.tracing.child("read KubeVirt CR", namespace=settings.kubevirt_namespace):
+            read = await read_kubevirt(
+                self.kube, settings.kubevirt_namespace, settings.kubevirt_name, self.kubevirt_read, now
+            )
+        kubevirt_view = view(read, self.kubevirt_known, now)
+        self.kubevirt_read, self.kubevirt_known = read, remember(read, self.kubevirt_known)
+        classes = list(self.caches.store(GPUCLASSES).values())
+        decisions = decide(classes, self.inventory, kubevirt_view)
+        report = current_pass()
+        if report is not None:
+            report.read(*classes)
+            report.span.set_attribute("gpuclass.classes", len(decisions))
+            report.reasons = sorted({c.reason for d in decisions.values() for c in d.status.conditions})
+        return classes, decisions
+
+    async def _write(self, classes: list[Obj], decisions: Mapping[str, ClassDecision], now: str) -> None:
+        """Every status that differs, concurrently; then the first failure, if any, is the pass's."""
+        limit = asyncio.Semaphore(STATUS_WRITE_CONCURRENCY)
+
+        async def store(obj: Obj, decision: ClassDecision) -> None:
+            async with limit:
+                await self._store(obj, decision, now)
+
+        results = await asyncio.gather(
+            *(
+                store(obj, decisions[obj["metadata"]["name"]])
+                for obj in classes
+                if obj["metadata"]["name"] in decisions
+            ),
+            return_exceptions=True,
+        )
+        failures = [r for r in results if isinstance(r, BaseException)]
+        for failure in failures:
+            if not isinstance(failure, Conflict | NotLeader):
+                self.metrics.pass_errors.labels(stage=STAGE_STATUS_WRITE).inc()
+        # A refusal or an API error says more than a stale read; either way the key runs again.
+        failures.sort(key=lambda failure: isinstance(failure, Conflict))
+        if failures:
+            for other in failures[1:]:
+                log.warning("status write failed too: %s", other)
+            raise failures[0]
+
+    async def _store(self, obj: Obj, decision: ClassDecision, now: str) -> None:
+        """Write the class's status if it differs, then the Events of its transitions."""
+        stored = obj.get("status")
+        status = decision.status
+        ops = status_patch(stored, status.fields(), status.conditions, decision.generation, now)
+        if not ops:
+            return
+        # Pinned to this incarnation: a class recreated under the name refuses the patch (Conflict),
+        # and a class gone (None) is decided no more once its deletion reaches the cache.
+        updated = await self.writer.patch_status(GPUCLASSES, obj, ops)
+        if updated is None:
+            return
+        for event in transition_events(stored, status):
+            await post_event(
+                self.writer,
+                updated,
+                type_=event.type,
+                reason=event.reason,
+                message=event.message,
+                component=COMPONENT,
+                now=now,
+                namespace=self.settings.events_namespace,
+            )
+
+
+# --- declaring it all on the manager ---------------------------------------------------------------
+
+
+def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> Reconciler:
+    """Declare the caches and the controller on ``manager``; the domain metrics on ``registry``."""
+    inventory = Inventory()
+    manager.informer(NODES, fold=NodeFold(inventory))
+    manager.informer(PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR)
+    manager.informer(GPUCLASSES)
+    # Read on every pass, never watched: the named CR, or a list of the namespace when no name is set.
+    manager.uses(KUBEVIRTS, "get", "list")
+    reconciler = Reconciler(
+        manager, manager.writer, manager.kube, manager.tracing, inventory, Metrics(registry), settings
+    )
+    manager.add(wiring(settings), reconciler)
+    return reconciler

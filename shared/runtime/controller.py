@@ -1,0 +1,371 @@
+"""One controller: its wiring (what wakes which key), its queue, its workers and its reconcile calls.
+
+Decides, as controller-runtime's builder and controller do:
+
+* **wiring** is data (``Wiring``): the primary kind (each change wakes its own key, or the key its
+  ``key`` function names), owned kinds (a change wakes the primary named by the object's controller
+  reference), watched kinds with a named map function (given the caches, the old and the new
+  object) and predicates; ``reads`` lists the other caches ``reconcile`` reads, so the manager can
+  hold the workers until every one of them has synced; ``writes`` lists the verbs ``reconcile``
+  uses, so a test can hold the ClusterRole to exactly what the wiring declares;
+* a change made by a reconcile's own write (write-through, see ``writes``) never wakes the key that
+  made it: that pass already decided with what it wrote;
+* ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
+  "again, with backoff") or raises: ``TerminalError`` is counted and not retried, ``Conflict`` is
+  retried with backoff without a traceback, anything else is logged and retried with backoff;
+* every reconcile is one traced pass (linked to the previous pass over the same key and to the pass
+  that wrote the primary object) and is measured by controller-runtime's metrics;
+* ``resync`` re-queues every primary key periodically (GPUClass's KubeVirt recheck).
+
+Does not: start caches or decide leadership (the manager does both before ``run``), or know
+anything about a kind beyond its ``Resource`` and the owner-reference kind of the primary.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import time
+from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+from typing import Any, Final, Protocol
+
+from shared.kube import ApiError, Resource
+from shared.ownership import sole_controller
+from shared.runtime.cache import Key, Obj, Store, key_of
+from shared.runtime.metrics import ControllerMetrics, QueueMetrics
+from shared.runtime.queue import QueueShutDown, RateLimiter, WorkQueue
+from shared.telemetry.tracing import OUTCOME_ERROR, Tracing, trace_id_hex
+
+log = logging.getLogger(__name__)
+
+# controller-runtime's result label values.
+RESULT_SUCCESS: Final = "success"
+RESULT_ERROR: Final = "error"
+RESULT_REQUEUE: Final = "requeue"
+RESULT_REQUEUE_AFTER: Final = "requeue_after"
+
+
+@dataclass(frozen=True)
+class Result:
+    """What a reconcile asks for next: nothing (level-based: the next change wakes it), a re-check
+    after ``requeue_after`` seconds, or (``requeue``) another pass with the key's backoff."""
+
+    requeue_after: float | None = None
+    requeue: bool = False
+
+
+class TerminalError(Exception):
+    """An outcome no retry can change (the object itself is wrong): counted, never retried. The
+    reconciler reports it to people as a condition before raising, if it can."""
+
+
+class Conflict(Exception):
+    """What the pass decided from is stale (a 409, a failed ``test`` of a guarded patch): run the
+    key again with backoff, quietly; the caches will have caught up by then."""
+
+
+async def until_settled(round_: Callable[[], Awaitable[bool]], rounds: int) -> Result:
+    """Decide and apply up to ``rounds`` times within one pass, while a round says its own write
+    changed what the next decision is made of (a mint, a binding: the answer is already in the
+    caches); a pass that has not settled by then runs again with backoff, behind other keys."""
+    for _ in range(rounds):
+        if not await round_():
+            return Result()
+    return Result(requeue=True)
+
+
+def condition_reasons(obj: Obj | None) -> list[str]:
+    """The reasons of an object's status conditions, for its pass's span."""
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return [str(c.get("reason")) for c in conditions if isinstance(c, Mapping)]
+
+
+class Caches(Protocol):
+    """What map functions and reconcilers read: one synced store per watched kind."""
+
+    def store(self, resource: Resource) -> Store: ...
+
+
+MapFunc = Callable[[Caches, Obj | None, Obj | None], Iterable[Key]]
+Predicate = Callable[[Obj | None, Obj | None], bool]
+KeyFunc = Callable[[Obj], Key]
+
+
+class Reconciler(Protocol):
+    async def reconcile(self, key: Key) -> Result | None: ...
+
+
+# --- predicates: named, pure, (old, new) -> wake or not -------------------------------------------
+
+
+def _metadata(obj: Obj | None) -> Mapping[str, Any]:
+    return (obj or {}).get("metadata") or {}
+
+
+def any_change(old: Obj | None, new: Obj | None) -> bool:
+    """Every add, change and delete."""
+    return True
+
+
+def generation_changed(old: Obj | None, new: Obj | None) -> bool:
+    """Adds, deletes, and changes of what ``generation`` covers (spec), or of the deletion mark:
+    a status-only write (ours, usually) wakes no one."""
+    if old is None or new is None:
+        return True
+    before, after = _metadata(old), _metadata(new)
+    return before.get("generation") != after.get("generation") or before.get(
+        "deletionTimestamp"
+    ) != after.get("deletionTimestamp")
+
+
+def labels_changed(old: Obj | None, new: Obj | None) -> bool:
+    """Adds, deletes, and label changes."""
+    if old is None or new is None:
+        return True
+    return _metadata(old).get("labels") != _metadata(new).get("labels")
+
+
+def spec_or_metadata_changed(old: Obj | None, new: Obj | None) -> bool:
+    """``generation_changed`` or labels, owner references or finalizers changed."""
+    if generation_changed(old, new):
+        return True
+    before, after = _metadata(old), _metadata(new)
+    return any(before.get(k) != after.get(k) for k in ("labels", "ownerReferences", "finalizers"))
+
+
+# --- wiring ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Watch:
+    """Watches(): changes of ``resource`` wake the keys ``map`` names, when every predicate agrees."""
+
+    resource: Resource
+    map: MapFunc
+    predicates: tuple[Predicate, ...] = ()
+
+
+@dataclass(frozen=True)
+class Write:
+    """A verb ``reconcile`` uses on a resource (``subresource`` e.g. "status"): declared for RBAC."""
+
+    resource: Resource
+    verbs: tuple[str, ...]
+    subresource: str = ""
+
+
+@dataclass(frozen=True)
+class Wiring:
+    """One controller, declared: what it reconciles, what wakes it, what it reads and writes."""
+
+    name: str
+    primary: Resource
+    primary_kind: str  # the ``kind`` in owner references to the primary (for ``owns``)
+    key: KeyFunc = key_of  # a primary change wakes this key (GPUClass: one key for every class)
+    predicates: tuple[Predicate, ...] = ()  # for primary changes
+    owns: tuple[Resource, ...] = ()
+    watches: tuple[Watch, ...] = ()
+    reads: tuple[Resource, ...] = ()
+    writes: tuple[Write, ...] = ()
+    workers: int = 1
+    debounce: float = 0.0  # hold a woken key until quiet this long...
+    max_delay: float = 0.0  # ...but no longer than this after the first wake of a burst
+    resync: float = 0.0  # re-queue every primary key this often (0: never)
+
+    def resources(self) -> tuple[Resource, ...]:
+        """Every kind whose cache must have synced before a reconcile runs."""
+        seen: dict[Resource, None] = {self.primary: None}
+        for resource in (*self.owns, *(w.resource for w in self.watches), *self.reads):
+            seen[resource] = None
+        return tuple(seen)
+
+
+# The (controller, key) the current task is reconciling: its own writes do not wake it again.
+_RECONCILING: ContextVar[tuple[str, Key] | None] = ContextVar("reconciling", default=None)
+
+
+def owner_key(primary_kind: str, primary_namespaced: bool, obj: Obj | None) -> Key | None:
+    """The primary an owned object's controller reference names (same namespace), if of that kind."""
+    owner = sole_controller(obj or {})
+    if not owner or owner.get("kind") != primary_kind:
+        return None
+    namespace = str(_metadata(obj).get("namespace") or "") if primary_namespaced else ""
+    return namespace, str(owner.get("name") or "")
+
+
+class Controller:
+    def __init__(
+        self,
+        wiring: Wiring,
+        reconciler: Reconciler,
+        caches: Caches,
+        *,
+        metrics: ControllerMetrics,
+        queue_metrics: QueueMetrics,
+        tracing: Tracing,
+        span_kind: str = "",
+        rate_limiter: RateLimiter | None = None,
+    ) -> None:
+        self.wiring, self.reconciler, self.caches = wiring, reconciler, caches
+        self.metrics, self.tracing = metrics, tracing
+        self.span_kind = span_kind or wiring.primary_kind
+        self.queue: WorkQueue[Key] = WorkQueue(
+            wiring.name,
+            metrics=queue_metrics,
+            rate_limiter=rate_limiter,
+            debounce=wiring.debounce,
+            max_delay=wiring.max_delay,
+        )
+        self._started: dict[Key, float] = {}  # keys in a reconcile, since when (liveness)
+        metrics.set_max_concurrent(wiring.name, wiring.workers)
+
+    # --- event side: handlers the manager attaches to the informers -------------------------------
+
+    def handlers(self) -> Iterator[tuple[Resource, Callable[[Obj | None, Obj | None], None]]]:
+        """(resource, handler) for every kind the wiring watches."""
+        wiring = self.wiring
+
+        def on_primary(old: Obj | None, new: Obj | None) -> None:
+            if all(p(old, new) for p in wiring.predicates):
+                for version in (new, old):
+                    if version is not None:
+                        self.enqueue(wiring.key(version))
+                        break
+
+        yield wiring.primary, on_primary
+        for owned in wiring.owns:
+
+            def on_owned(old: Obj | None, new: Obj | None) -> None:
+                for version in (old, new):
+                    key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
+                    if key is not None:
+                        self.enqueue(key)
+
+            yield owned, on_owned
+        for watch in wiring.watches:
+
+            def on_watched(old: Obj | None, new: Obj | None, _watch: Watch = watch) -> None:
+                if all(p(old, new) for p in _watch.predicates):
+                    for key in _watch.map(self.caches, old, new):
+                        self.enqueue(key)
+
+            yield watch.resource, on_watched
+
+    def enqueue(self, key: Key) -> None:
+        """Wake ``key``, unless the change comes from that very key's pass writing."""
+        if _RECONCILING.get() != (self.wiring.name, key):
+            self.queue.add(key)
+
+    # --- work side -------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Workers until cancelled (the manager starts this after the sync barrier and leadership)."""
+        async with asyncio.TaskGroup() as group:
+            for index in range(self.wiring.workers):
+                group.create_task(self._worker(), name=f"{self.wiring.name}-worker-{index}")
+            if self.wiring.resync > 0:
+                group.create_task(self._resync(), name=f"{self.wiring.name}-resync")
+
+    async def _resync(self) -> None:
+        store = self.caches.store(self.wiring.primary)
+        while True:
+            await asyncio.sleep(self.wiring.resync)  # the resync period itself, not a wait for an effect
+            for key in {self.wiring.key(obj) for obj in list(store.values())}:
+                self.queue.add(key)
+
+    async def _worker(self) -> None:
+        while True:
+            try:
+                key = await self.queue.get()
+            except QueueShutDown:
+                return
+            try:
+                await self.reconcile_once(key)
+            finally:
+                self.queue.done(key)
+
+    def stuck_for(self) -> float:
+        """How long the oldest running reconcile has been running (0 when none runs)."""
+        if not self._started:
+            return 0.0
+        return time.monotonic() - min(self._started.values())
+
+    async def reconcile_once(self, key: Key) -> str:
+        """One traced, measured pass; returns the result label."""
+        name = self.wiring.name
+        obj = self.caches.store(self.wiring.primary).get(key)
+        started = time.monotonic()
+        self._started[key] = started
+        token = _RECONCILING.set((name, key))
+        result = RESULT_ERROR
+        trace_id: str | None = None
+        try:
+            with (
+                self.metrics.active(name),
+                self.tracing.start_pass(self.span_kind, obj, link_key=f"{name}/{key[0]}/{key[1]}") as report,
+            ):
+                report.span.set_attribute("controller", name)
+                trace_id = trace_id_hex(report.span)
+                try:
+                    outcome = await self.reconciler.reconcile(key) or Result()
+                except TerminalError as error:
+                    report.outcome = OUTCOME_ERROR
+                    self.metrics.terminal_error(name)
+                    self.queue.forget(key)
+                    log.warning("%s %s/%s: terminal error, not retried: %s", name, *key, error)
+                    return RESULT_ERROR
+                except Conflict as error:
+                    self.queue.add_rate_limited(key)
+                    log.info("%s %s/%s: stale read (%s); again shortly", name, *key, error)
+                    result = RESULT_REQUEUE
+                    return result
+                except ApiError as error:
+                    report.outcome = OUTCOME_ERROR
+                    delay = self.queue.add_rate_limited(key)
+                    log.warning("%s %s/%s: %s; retrying in %.2fs", name, *key, error, delay)
+                    return RESULT_ERROR
+                except Exception:
+                    report.outcome = OUTCOME_ERROR
+                    delay = self.queue.add_rate_limited(key)
+                    log.exception("%s %s/%s failed; retrying in %.2fs", name, *key, delay)
+                    return RESULT_ERROR
+                if not report.reasons:  # what the pass left the object saying
+                    report.reasons = condition_reasons(self.caches.store(self.wiring.primary).get(key))
+                if outcome.requeue_after is not None:
+                    self.queue.forget(key)
+                    self.queue.add_after(key, outcome.requeue_after)
+                    result = RESULT_REQUEUE_AFTER
+                elif outcome.requeue:
+                    self.queue.add_rate_limited(key)
+                    result = RESULT_REQUEUE
+                else:
+                    self.queue.forget(key)
+                    result = RESULT_SUCCESS
+                return result
+        finally:
+            _RECONCILING.reset(token)
+            self._started.pop(key, None)
+            self.metrics.observe(name, result, time.monotonic() - started, trace_id)
+
+
+@contextmanager
+def reconciling(controller: str, key: Key) -> Iterator[None]:
+    """Mark the current task as reconciling ``key`` of ``controller`` (tests of write-through)."""
+    token = _RECONCILING.set((controller, key))
+    try:
+        yield
+    finally:
+        _RECONCILING.reset(token)
+
+
+@dataclass
+class StaticCaches:
+    """Caches over plain stores: for map-function and reconciler unit tests, and for the manager."""
+
+    stores: dict[Resource, Store] = field(default_factory=dict)
+
+    def store(self, resource: Resource) -> Store:
+        return self.stores[resource]

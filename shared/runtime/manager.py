@@ -1,0 +1,243 @@
+"""The manager: one operator process's caches, leadership, controllers, metrics and health.
+
+Decides the order every controller of both operators starts in, as controller-runtime's manager:
+
+1. every informer the wirings need starts (LIST, then WATCH), on every replica: a standby keeps
+   its caches warm so a takeover does not start cold;
+2. **the sync barrier**: no controller runs a reconcile before every cache it reads has synced;
+   changes delivered meanwhile are queued, so the first passes see the whole world at once;
+3. **leader election** (a ``coordination.k8s.io/v1`` Lease, controller-runtime's defaults): only
+   the leader starts its controllers and leader-only runnables, and its ``Writer`` refuses every
+   write once the lease is not fresh; a leader that loses the lease stops and ``run`` raises
+   ``LostLeadership`` (the process exits and restarts as a standby);
+4. health: liveness fails when the event loop stalls or a reconcile has run past its bound;
+   readiness is the sync barrier.
+
+Does not: know any kind, reconcile anything, or talk to kopf (``shared.operator`` runs the manager
+inside kopf's start-up and clean-up).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import gc
+import logging
+import os
+import socket
+import uuid
+from collections.abc import Callable, Coroutine, Iterable, Mapping
+from dataclasses import dataclass
+from typing import Final
+
+from prometheus_client import CollectorRegistry
+
+from shared.kube import Kube, Resource
+from shared.runtime.cache import Fold, Indexer, Informer, Obj, Store
+from shared.runtime.controller import Controller, Reconciler, Wiring, Write
+from shared.runtime.leader import LeaderElector
+from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
+from shared.runtime.rbac import Rules, required_rules
+from shared.runtime.writes import Writer
+from shared.telemetry.tracing import Tracing
+
+log = logging.getLogger(__name__)
+
+# A reconcile running longer than this makes liveness fail: every API call has a timeout well
+# below it, so a pass this old is stuck on something no timeout covers.
+DEFAULT_STUCK_SECONDS: Final = 300.0
+
+
+class LostLeadership(Exception):
+    """The lease was lost: this replica must stop at once (it restarts as a standby)."""
+
+
+@dataclass(frozen=True)
+class LeaderElection:
+    """Whether and where to elect a leader (controller-runtime's defaults for the timings)."""
+
+    enabled: bool
+    namespace: str
+    name: str
+    identity: str = ""
+    lease_duration: float = 15.0
+    renew_deadline: float = 10.0
+    retry_period: float = 2.0
+
+
+def default_identity() -> str:
+    """The Pod name (Downward API) or host name, plus a random suffix: two processes on one host
+    (the tests) must never share an identity."""
+    return f"{os.environ.get('POD_NAME') or socket.gethostname()}_{uuid.uuid4().hex[:8]}"
+
+
+Runnable = Callable[[], Coroutine[None, None, None]]
+
+
+class Manager:
+    def __init__(
+        self,
+        kube: Kube,
+        registry: CollectorRegistry,
+        tracing: Tracing,
+        *,
+        leader_election: LeaderElection | None = None,
+        stuck_seconds: float = DEFAULT_STUCK_SECONDS,
+    ) -> None:
+        self.kube, self.registry, self.tracing = kube, registry, tracing
+        self.leader_election = leader_election
+        self.stuck_seconds = stuck_seconds
+        self.informers: dict[Resource, Informer] = {}
+        self.controllers: list[Controller] = []
+        self.leader_runnables: list[Runnable] = []
+        self.accesses: list[Write] = []
+        self.controller_metrics = ControllerMetrics(registry)
+        self.queue_metrics = QueueMetrics(registry)
+        self.leader_metrics = LeaderMetrics(registry)
+        self.elector: LeaderElector | None = None
+        if leader_election is not None and leader_election.enabled:
+            self.elector = LeaderElector(
+                kube,
+                leader_election.namespace,
+                leader_election.name,
+                leader_election.identity or default_identity(),
+                lease_duration=leader_election.lease_duration,
+                renew_deadline=leader_election.renew_deadline,
+                retry_period=leader_election.retry_period,
+                metrics=self.leader_metrics,
+            )
+        self.writer = Writer(kube, self.informers.get, self.is_leader)
+        self.synced = asyncio.Event()
+
+    # --- declaration -----------------------------------------------------------------------------
+
+    def informer(
+        self,
+        resource: Resource,
+        *,
+        indexers: Mapping[str, Indexer] | None = None,
+        fold: Fold | None = None,
+        transform: Callable[[Obj], Obj] | None = None,
+        label_selector: str = "",
+        field_selector: str = "",
+        page_size: int = 500,
+    ) -> Informer:
+        """Declare the cache of one kind: a ``Store`` (with named indexes) or, with ``fold``, an
+        aggregate that keeps nothing of the objects themselves."""
+        if resource in self.informers:
+            raise ValueError(f"{resource.plural} is already cached")
+        informer = Informer(
+            self.kube,
+            resource,
+            store=None if fold is not None else Store(indexers),
+            fold=fold,
+            transform=transform,
+            label_selector=label_selector,
+            field_selector=field_selector,
+            page_size=page_size,
+        )
+        self.informers[resource] = informer
+        return informer
+
+    def store(self, resource: Resource) -> Store:
+        informer = self.informers.get(resource)
+        if informer is None or informer.store is None:
+            raise KeyError(f"{resource.plural} has no store (not declared, or a fold)")
+        return informer.store
+
+    def add(self, wiring: Wiring, reconciler: Reconciler, *, span_kind: str = "") -> Controller:
+        missing = [r.plural for r in wiring.resources() if r not in self.informers]
+        if missing:
+            raise ValueError(f"controller {wiring.name} reads kinds with no cache: {', '.join(missing)}")
+        controller = Controller(
+            wiring,
+            reconciler,
+            self,
+            metrics=self.controller_metrics,
+            queue_metrics=self.queue_metrics,
+            tracing=self.tracing,
+            span_kind=span_kind,
+        )
+        for resource, handler in controller.handlers():
+            self.informers[resource].add_handler(handler)
+        self.controllers.append(controller)
+        return controller
+
+    def uses(self, resource: Resource, *verbs: str, subresource: str = "") -> None:
+        """Declare an API access outside the caches and the wirings' writes (a read of a kind that
+        is never watched, a write of a leader-only runnable), so RBAC can be checked against it."""
+        self.accesses.append(Write(resource, tuple(verbs), subresource))
+
+    def required_rules(self) -> Rules:
+        """What the operator's ClusterRole must grant: exactly this (a test compares)."""
+        return required_rules(self.informers, (c.wiring for c in self.controllers), self.accesses)
+
+    def add_leader_runnable(self, runnable: Runnable) -> None:
+        """Something that writes, besides the controllers (a periodic repair): leader only."""
+        self.leader_runnables.append(runnable)
+
+    # --- state -----------------------------------------------------------------------------------
+
+    def is_leader(self) -> bool:
+        return self.elector is None or self.elector.is_leader()
+
+    def has_synced(self, resources: Iterable[Resource] | None = None) -> bool:
+        chosen = self.informers if resources is None else resources
+        return all(self.informers[r].has_synced() for r in chosen)
+
+    def liveness_problem(self) -> str | None:
+        """Why the process should be restarted, if it should."""
+        for controller in self.controllers:
+            stuck = controller.stuck_for()
+            if stuck > self.stuck_seconds:
+                return f"controller {controller.wiring.name}: a reconcile has run for {stuck:.0f}s"
+        return None
+
+    def readiness_problem(self) -> str | None:
+        waiting = sorted(r.plural for r, i in self.informers.items() if not i.has_synced())
+        return f"caches not synced: {', '.join(waiting)}" if waiting else None
+
+    # --- running ---------------------------------------------------------------------------------
+
+    async def run(self) -> None:
+        """Until cancelled; raises ``LostLeadership`` when the lease is lost (or never won)."""
+        tasks = [asyncio.create_task(i.run(), name=f"informer-{r.plural}") for r, i in self.informers.items()]
+        elector_task = (
+            asyncio.create_task(self.elector.run(), name="leader-election") if self.elector else None
+        )
+        try:
+            await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
+            self.synced.set()
+            # What the caches hold now lives as long as the process: keep the collector from
+            # scanning it on every collection (a large Store otherwise costs more per event).
+            gc.freeze()
+            log.info("caches synced: %s", ", ".join(sorted(r.plural for r in self.informers)))
+            if self.elector is not None and elector_task is not None:
+                leading = asyncio.create_task(self.elector.leading.wait())
+                await asyncio.wait({leading, elector_task}, return_when=asyncio.FIRST_COMPLETED)
+                leading.cancel()
+                if not self.elector.leading.is_set():
+                    raise LostLeadership("leader election ended before this replica led")
+                log.info("leading: starting controllers")
+            tasks += [
+                asyncio.create_task(c.run(), name=f"controller-{c.wiring.name}") for c in self.controllers
+            ]
+            tasks += [asyncio.create_task(r(), name="leader-runnable") for r in self.leader_runnables]
+            waiting = set(tasks) | ({elector_task} if elector_task else set())
+            done, _ = await asyncio.wait(waiting, return_when=asyncio.FIRST_COMPLETED)
+            if elector_task in done:
+                raise LostLeadership("lost the leader lease")
+            for task in done:
+                task.result()  # a runnable that ended by itself: its error is ours
+            raise RuntimeError("a runnable of the manager ended by itself")
+        finally:
+            everything = [*tasks, *([elector_task] if elector_task else [])]
+            for task in everything:
+                task.cancel()
+            await asyncio.gather(*everything, return_exceptions=True)
+
+    async def release(self) -> None:
+        """On a graceful stop: hand the lease over at once instead of letting it expire."""
+        if self.elector is not None and self.elector.is_leader():
+            with contextlib.suppress(Exception):
+                await self.elector.release()

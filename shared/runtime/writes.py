@@ -1,0 +1,162 @@
+"""Every write a reconcile makes, once: guarded, traced, and put back into the caches at once.
+
+Decides:
+
+* **status** is written by a JSON patch behind a ``test`` of the object's UID, so a patch meant for
+  one incarnation never lands on a successor of the same name; nothing is sent when the patch is
+  empty; a 404 means "gone" (None), a refused ``test`` or a 409 is a ``Conflict`` (retry the key);
+* **finalizers and owner references** are added by one JSON patch (also UID-guarded) and a
+  finalizer is removed behind a ``test`` of its index, so a concurrent writer of another finalizer
+  is never erased;
+* creates and merge patches carry the current pass's traceparent annotation (so the next pass over
+  the object links to the pass that wrote it); status writes never do;
+* **write-through**: the answer of each write is handed to the kind's informer (``remember``), so a
+  pass right after a write sees it, the write's own watch event is recognised as an echo, and the
+  pass that wrote is not woken again by it;
+* a write is refused locally (``NotLeader``) unless the gate says this replica leads: a leader that
+  could not renew its lease stops writing at once, before the lease can pass to another replica.
+
+Does not: decide what to write (the pure cores do), retry (the controller does), or delete without
+a UID precondition.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+from shared.conditions import JsonPatch
+from shared.kube import ApiError, Kube, PatchKind, Resource
+from shared.runtime.cache import Informer, Obj, key_of
+from shared.runtime.controller import Conflict
+from shared.telemetry.tracing import stamp
+
+
+class NotLeader(Exception):
+    """This replica does not (or no longer) hold the lease: it must not write."""
+
+
+def _path(resource: Resource, obj: Mapping[str, Any]) -> str:
+    namespace, name = key_of(obj)
+    return resource.path(namespace or None, name)
+
+
+def uid_guard(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The JSON-patch ``test`` that pins a patch to this incarnation of the object."""
+    return {"op": "test", "path": "/metadata/uid", "value": (obj.get("metadata") or {}).get("uid")}
+
+
+class Writer:
+    def __init__(
+        self,
+        kube: Kube,
+        informer_of: Callable[[Resource], Informer | None],
+        is_leader: Callable[[], bool] = lambda: True,
+    ) -> None:
+        self.kube, self.informer_of, self.is_leader = kube, informer_of, is_leader
+
+    def _gate(self) -> None:
+        if not self.is_leader():
+            raise NotLeader("this replica does not hold the leader lease")
+
+    def remember(self, resource: Resource, obj: Obj | None) -> Obj | None:
+        """Hand our write's answer to the informer of its kind (if it is watched)."""
+        informer = self.informer_of(resource)
+        if obj and informer is not None:
+            informer.remember(obj)
+        return obj
+
+    async def create(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
+        self._gate()
+        namespace = (body.get("metadata") or {}).get("namespace")
+        created = await self.kube.create(resource.path(namespace), stamp(body))
+        self.remember(resource, created)
+        return created
+
+    async def patch(
+        self, resource: Resource, obj: Mapping[str, Any], patch: Any, kind: PatchKind = "merge"
+    ) -> Obj:
+        """A merge patch (stamped with the traceparent) or a JSON patch of the object."""
+        self._gate()
+        body = stamp(patch) if kind == "merge" else patch
+        updated = await self.kube.patch(_path(resource, obj), body, kind=kind)
+        self.remember(resource, updated)
+        return updated
+
+    async def delete(self, resource: Resource, obj: Mapping[str, Any]) -> bool:
+        """Delete exactly this incarnation (UID precondition). False when it was already gone; a
+        different incarnation under the name (409) is a ``Conflict``."""
+        self._gate()
+        try:
+            return await self.kube.delete(_path(resource, obj), uid=(obj.get("metadata") or {}).get("uid"))
+        except ApiError as error:
+            if error.status == 409:
+                raise Conflict(str(error)) from None
+            raise
+
+    async def patch_status(self, resource: Resource, obj: Mapping[str, Any], ops: JsonPatch) -> Obj | None:
+        """Apply a status JSON patch pinned to the object's UID; nothing when ``ops`` is empty.
+        Returns the updated object (None when nothing was sent or the object is gone)."""
+        if not ops:
+            return None
+        return await self._json_patch(resource, obj, [uid_guard(obj), *ops], subresource="/status")
+
+    async def ensure_metadata(
+        self,
+        resource: Resource,
+        obj: Obj,
+        *,
+        finalizer: str | None = None,
+        owner_reference: Mapping[str, Any] | None = None,
+    ) -> Obj:
+        """Add ``finalizer`` and ``owner_reference`` where missing, in one guarded patch."""
+        metadata = obj.get("metadata") or {}
+        ops: JsonPatch = []
+        finalizers = metadata.get("finalizers")
+        if finalizer and finalizer not in (finalizers or []):
+            ops.append(
+                {"op": "add", "path": "/metadata/finalizers/-", "value": finalizer}
+                if finalizers
+                else {"op": "add", "path": "/metadata/finalizers", "value": [finalizer]}
+            )
+        references = metadata.get("ownerReferences")
+        if owner_reference is not None and all(
+            r.get("uid") != owner_reference.get("uid") for r in references or []
+        ):
+            ops.append(
+                {"op": "add", "path": "/metadata/ownerReferences/-", "value": dict(owner_reference)}
+                if references
+                else {"op": "add", "path": "/metadata/ownerReferences", "value": [dict(owner_reference)]}
+            )
+        if not ops:
+            return obj
+        updated = await self._json_patch(resource, obj, [uid_guard(obj), *ops])
+        return updated if updated is not None else obj
+
+    async def remove_finalizer(self, resource: Resource, obj: Obj, finalizer: str) -> Obj | None:
+        """Remove ``finalizer`` (behind a ``test`` of its index); None when the object is gone."""
+        finalizers: Sequence[str] = (obj.get("metadata") or {}).get("finalizers") or []
+        if finalizer not in finalizers:
+            return obj
+        index = list(finalizers).index(finalizer)
+        ops = [
+            uid_guard(obj),
+            {"op": "test", "path": f"/metadata/finalizers/{index}", "value": finalizer},
+            {"op": "remove", "path": f"/metadata/finalizers/{index}"},
+        ]
+        return await self._json_patch(resource, obj, ops)
+
+    async def _json_patch(
+        self, resource: Resource, obj: Mapping[str, Any], ops: JsonPatch, subresource: str = ""
+    ) -> Obj | None:
+        self._gate()
+        try:
+            updated = await self.kube.patch(_path(resource, obj) + subresource, ops)
+        except ApiError as error:
+            if error.status == 404:
+                return None
+            if error.status in (409, 422):  # 422: a ``test`` failed — another incarnation, or moved on
+                raise Conflict(str(error)) from None
+            raise
+        self.remember(resource, updated)
+        return updated

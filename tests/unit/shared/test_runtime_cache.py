@@ -1,0 +1,903 @@
+"""The runtime's cache: Store indexes, and the Informer's LIST/WATCH loop against a scripted fake API.
+
+``ScriptedKube`` answers each LIST call with the next scripted page (or raises the scripted error)
+and each WATCH call with the next scripted stream of events (an error in a stream is raised at that
+point; the end of a stream is the server closing it normally). Once a script is used up, the call
+blocks and ``quiet`` is set: the informer has done everything the test asked of it, and the test
+stops it (cancellation) and looks at what was delivered. No real time passes: the informer's
+backoff sleep is a recorder.
+
+The last tests cover the client's side of a watch (lines split on the newline byte, timeouts
+passed to every request) over a fake kr8s session.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import logging
+from collections import deque
+from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Iterable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+import httpx
+import kr8s.asyncio
+import pytest
+
+from shared.kube import DEFAULT_TIMEOUT, WATCH_IDLE_GRACE_SECONDS, ApiError, Kube, Obj, Resource
+from shared.runtime.cache import (
+    BACKOFF_INITIAL_SECONDS,
+    BACKOFF_MAX_SECONDS,
+    HEALTHY_WATCH_SECONDS,
+    ChangeHandler,
+    Fold,
+    Informer,
+    Key,
+    Store,
+    backoff_delay,
+    key_of,
+)
+
+CONFIGMAPS = Resource("v1", "configmaps")
+DEADLINE = 5.0  # seconds a test waits for the informer to use up its script; it takes milliseconds
+
+Event = tuple[str, Obj]
+Answer = Obj | BaseException
+
+
+def cm(name: str, rv: str, ns: str = "ns", **labels: str) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "ConfigMap",
+        "metadata": {"namespace": ns, "name": name, "resourceVersion": rv, "labels": labels},
+    }
+
+
+def page(items: Sequence[Obj], rv: str, token: str = "") -> Obj:
+    """A LIST answer: items come without apiVersion and kind, as the API sends them."""
+    bare = [{k: v for k, v in item.items() if k not in ("apiVersion", "kind")} for item in items]
+    metadata = {"resourceVersion": rv, **({"continue": token} if token else {})}
+    return {"apiVersion": "v1", "kind": "ConfigMapList", "metadata": metadata, "items": bare}
+
+
+def bookmark(rv: str) -> Event:
+    return "BOOKMARK", {"kind": "ConfigMap", "apiVersion": "v1", "metadata": {"resourceVersion": rv}}
+
+
+def gone_event() -> Event:
+    return "ERROR", {
+        "kind": "Status",
+        "code": 410,
+        "reason": "Expired",
+        "message": "too old resource version",
+    }
+
+
+def connection_error() -> httpx.ConnectError:
+    return httpx.ConnectError("connection refused")
+
+
+class ScriptedKube(Kube):
+    """Just the two verbs an informer calls, answered from a script."""
+
+    def __init__(self, lists: Sequence[Answer], watches: Sequence[Sequence[Event | BaseException]]) -> None:
+        self._lists: deque[Answer] = deque(lists)
+        self._watches: deque[Sequence[Event | BaseException]] = deque(watches)
+        self.list_calls: list[dict[str, Any]] = []
+        self.watch_calls: list[dict[str, Any]] = []
+        self.watches_closed = 0
+        self.quiet = asyncio.Event()
+
+    async def _hang(self) -> None:
+        self.quiet.set()
+        await asyncio.Event().wait()
+
+    async def list(
+        self,
+        path: str,
+        *,
+        label_selector: str = "",
+        field_selector: str = "",
+        limit: int = 0,
+        continue_: str = "",
+        resource_version: str = "",
+    ) -> Obj:
+        self.list_calls.append(
+            {"path": path, "label_selector": label_selector, "limit": limit, "continue_": continue_}
+        )
+        if not self._lists:
+            await self._hang()
+        answer = self._lists.popleft()
+        if isinstance(answer, BaseException):
+            raise answer
+        fresh: Obj = json.loads(json.dumps(answer))  # a fresh parse per call, as from the wire
+        return fresh
+
+    async def watch(
+        self,
+        path: str,
+        *,
+        resource_version: str = "",
+        label_selector: str = "",
+        field_selector: str = "",
+        timeout_seconds: int = 300,
+        idle_timeout: float | None = None,
+    ) -> AsyncGenerator[tuple[str, Obj]]:
+        self.watch_calls.append(
+            {"path": path, "resource_version": resource_version, "idle_timeout": idle_timeout}
+        )
+        try:
+            if not self._watches:
+                await self._hang()
+            for step in self._watches.popleft():
+                if isinstance(step, BaseException):
+                    raise step
+                kind, obj = step
+                yield kind, json.loads(json.dumps(obj))
+        finally:
+            self.watches_closed += 1
+
+
+class GatedKube(ScriptedKube):
+    """Holds every watch until ``gate`` is set: a write is answered before its watch event comes."""
+
+    def __init__(self, lists: Sequence[Answer], watches: Sequence[Sequence[Event | BaseException]]) -> None:
+        super().__init__(lists, watches)
+        self.gate = asyncio.Event()
+
+    async def watch(self, path: str, **kwargs: Any) -> AsyncGenerator[tuple[str, Obj]]:
+        await self.gate.wait()
+        async for event in super().watch(path, **kwargs):
+            yield event
+
+
+async def run_gated(informer: Informer, kube: GatedKube, meanwhile: Callable[[], None]) -> None:
+    """Run until synced, call ``meanwhile`` (the watch is held), open the gate, run until quiet."""
+    task = asyncio.create_task(informer.run())
+    async with asyncio.timeout(DEADLINE):
+        await informer.synced.wait()
+    meanwhile()
+    kube.gate.set()
+    async with asyncio.timeout(DEADLINE):
+        await kube.quiet.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+@dataclass
+class Recorder:
+    """Every change delivered, as (what, name, resourceVersion), plus has_synced at that moment."""
+
+    informer: Informer | None = None
+    changes: list[tuple[str, str, str]] = field(default_factory=list)
+    synced_at_change: list[bool] = field(default_factory=list)
+
+    def __call__(self, old: Obj | None, new: Obj | None) -> None:
+        what = "added" if old is None else "deleted" if new is None else "modified"
+        obj = new if new is not None else old
+        assert obj is not None
+        self.changes.append((what, obj["metadata"]["name"], obj["metadata"].get("resourceVersion", "")))
+        if self.informer is not None:
+            self.synced_at_change.append(self.informer.has_synced())
+
+
+@dataclass
+class Sleeps:
+    """The informer's backoff sleep: records, never waits; notes has_synced at each failure, and
+    what ``note`` says then."""
+
+    informer: Informer | None = None
+    note: Callable[[], object] | None = None
+    delays: list[float] = field(default_factory=list)
+    synced: list[bool] = field(default_factory=list)
+    notes: list[object] = field(default_factory=list)
+
+    async def __call__(self, delay: float) -> None:
+        self.delays.append(delay)
+        if self.informer is not None:
+            self.synced.append(self.informer.has_synced())
+        if self.note is not None:
+            self.notes.append(self.note())
+        await asyncio.sleep(0)
+
+
+class RvFold:
+    """A fold keeping each key's resourceVersion: changed when a key's version is new to it."""
+
+    def __init__(self) -> None:
+        self.versions: dict[Key, str] = {}
+
+    def upsert(self, key: Key, obj: Obj) -> bool:
+        version: str = obj["metadata"]["resourceVersion"]
+        changed = self.versions.get(key) != version
+        self.versions[key] = version
+        return changed
+
+    def delete(self, key: Key) -> bool:
+        return self.versions.pop(key, None) is not None
+
+    def keys(self) -> Iterable[Key]:
+        return self.versions.keys()
+
+
+def informer_for(
+    kube: ScriptedKube,
+    *,
+    fold: Fold | None = None,
+    store: Store | None = None,
+    handlers: Sequence[ChangeHandler] = (),
+    **kwargs: Any,
+) -> tuple[Informer, Recorder, Sleeps]:
+    """An informer over the fake, its backoff recorded; ``handlers`` come before the recorder."""
+    sleeps = Sleeps()
+    informer = Informer(
+        kube,
+        CONFIGMAPS,
+        store=store if store is not None or fold is not None else Store(),
+        fold=fold,
+        sleep=sleeps,
+        **kwargs,
+    )
+    recorder = Recorder(informer)
+    sleeps.informer = informer
+    for handler in handlers:
+        informer.add_handler(handler)
+    informer.add_handler(recorder)
+    return informer, recorder, sleeps
+
+
+async def run_until_quiet(informer: Informer, kube: ScriptedKube) -> None:
+    """Run the informer until the script is used up, then cancel it: it must end cancelled."""
+    kube.quiet.clear()
+    task = asyncio.create_task(informer.run())
+    async with asyncio.timeout(DEADLINE):
+        await kube.quiet.wait()
+    task.cancel()
+    with contextlib.suppress(asyncio.CancelledError):
+        await task
+    assert task.cancelled()
+
+
+# --- Store ------------------------------------------------------------------------------------------
+
+
+def by_label(label: str) -> Any:
+    def indexer(obj: Obj) -> Iterable[Hashable]:
+        value = obj["metadata"].get("labels", {}).get(label)
+        return [value] if value else []
+
+    return indexer
+
+
+def by_every_label_value(obj: Obj) -> Iterable[Hashable]:
+    return set(obj["metadata"].get("labels", {}).values())
+
+
+Op = tuple[str, Obj | Key]
+
+
+@pytest.mark.parametrize(
+    ("ops", "index", "expected"),
+    [
+        pytest.param(
+            [("upsert", cm("a", "1", node="n1")), ("upsert", cm("b", "1", node="n1"))],
+            "node",
+            {"n1": {"a", "b"}},
+            id="two-under-one-value",
+        ),
+        pytest.param(
+            [("upsert", cm("a", "1", node="n1")), ("upsert", cm("a", "2", node="n2"))],
+            "node",
+            {"n1": set(), "n2": {"a"}},
+            id="upsert-moves-between-values",
+        ),
+        pytest.param(
+            [("upsert", cm("a", "1", node="n1")), ("upsert", cm("a", "2"))],
+            "node",
+            {"n1": set()},
+            id="upsert-out-of-every-value",
+        ),
+        pytest.param(
+            [
+                ("upsert", cm("a", "1", node="n1")),
+                ("upsert", cm("b", "1", node="n1")),
+                ("delete", ("ns", "a")),
+            ],
+            "node",
+            {"n1": {"b"}},
+            id="delete-unfiles",
+        ),
+        pytest.param(
+            [("delete", ("ns", "missing"))],
+            "node",
+            {"n1": set()},
+            id="delete-of-absent-key",
+        ),
+        pytest.param(
+            [("upsert", cm("a", "1", x="v1", y="v2")), ("upsert", cm("a", "2", x="v2", y="v3"))],
+            "values",
+            {"v1": set(), "v2": {"a"}, "v3": {"a"}},
+            id="several-values-per-object",
+        ),
+    ],
+)
+def test_store_indexes(ops: list[Op], index: str, expected: dict[str, set[str]]) -> None:
+    store = Store({"node": by_label("node"), "values": by_every_label_value})
+    for op, arg in ops:
+        if op == "upsert":
+            assert isinstance(arg, dict)
+            store.upsert(arg)
+        else:
+            assert isinstance(arg, tuple)
+            store.delete(arg)
+    for value, names in expected.items():
+        assert {o["metadata"]["name"] for o in store.index(index, value)} == names
+        assert store.index_keys(index, value) == frozenset(("ns", n) for n in names)
+    # No empty value is left behind in the index after an object leaves it.
+    assert all(store._indices[index].values())
+
+
+def test_store_returns_previous_and_removed_versions() -> None:
+    store = Store()
+    first, second = cm("a", "1"), cm("a", "2")
+    assert store.upsert(first) is None
+    assert store.upsert(second) is first
+    assert store.get(("ns", "a")) is second  # stored as given, not copied
+    assert ("ns", "a") in store
+    assert len(store) == 1
+    assert list(store.keys()) == [("ns", "a")]
+    assert list(store.values()) == [second]
+    assert list(store.items()) == [(("ns", "a"), second)]
+    assert store.delete(("ns", "a")) is second
+    assert store.delete(("ns", "a")) is None
+    assert len(store) == 0
+
+
+def test_store_index_lists_in_key_order() -> None:
+    store = Store({"node": by_label("node")})
+    for name in ("c", "a", "b"):
+        store.upsert(cm(name, "1", node="n1"))
+    assert [o["metadata"]["name"] for o in store.index("node", "n1")] == ["a", "b", "c"]
+
+
+def test_store_unknown_index_is_a_key_error() -> None:
+    with pytest.raises(KeyError, match="no index named 'nodes'"):
+        Store({"node": by_label("node")}).index("nodes", "n1")
+
+
+def test_store_indexer_that_raises_leaves_the_store_unchanged() -> None:
+    def broken(obj: Obj) -> Iterable[Hashable]:
+        if obj["metadata"]["resourceVersion"] == "2":
+            raise ValueError("broken indexer")
+        return ["v"]
+
+    store = Store({"i": broken})
+    first = cm("a", "1")
+    store.upsert(first)
+    with pytest.raises(ValueError, match="broken indexer"):
+        store.upsert(cm("a", "2"))
+    assert store.get(("ns", "a")) is first
+    assert store.index_keys("i", "v") == {("ns", "a")}
+
+
+@pytest.mark.parametrize(
+    ("obj", "key"),
+    [
+        ({"metadata": {"namespace": "ns", "name": "a"}}, ("ns", "a")),
+        ({"metadata": {"name": "node-1"}}, ("", "node-1")),
+    ],
+)
+def test_key_of(obj: Obj, key: Key) -> None:
+    assert key_of(obj) == key
+
+
+# --- Informer: construction and backoff ---------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("store", "fold"), [(None, None), (Store(), RvFold())])
+def test_informer_keeps_exactly_one_of_store_or_fold(store: Store | None, fold: Fold | None) -> None:
+    with pytest.raises(ValueError, match="exactly one"):
+        Informer(ScriptedKube([], []), CONFIGMAPS, store=store, fold=fold)
+
+
+@pytest.mark.parametrize(
+    ("failures", "draw", "delay"),
+    [
+        (1, 0.0, BACKOFF_INITIAL_SECONDS),
+        (1, 1.0, BACKOFF_INITIAL_SECONDS / 2),
+        (2, 0.0, 2 * BACKOFF_INITIAL_SECONDS),
+        (3, 0.0, 4 * BACKOFF_INITIAL_SECONDS),
+        (10, 0.0, BACKOFF_MAX_SECONDS),
+        (10, 1.0, BACKOFF_MAX_SECONDS / 2),
+        (100_000, 0.5, BACKOFF_MAX_SECONDS * 0.75),
+    ],
+)
+def test_backoff_doubles_with_jitter_up_to_the_cap(failures: int, draw: float, delay: float) -> None:
+    assert backoff_delay(failures, lambda: draw) == pytest.approx(delay)
+
+
+# --- Informer: LIST with replace semantics ------------------------------------------------------------
+
+
+async def test_first_list_pages_fills_the_store_and_syncs() -> None:
+    kube = ScriptedKube(
+        lists=[page([cm("a", "1")], "10", token="t1"), page([cm("b", "2")], "10")],
+        watches=[],
+    )
+    informer, recorder, _ = informer_for(kube, page_size=1, label_selector="app=x", namespace="ns")
+    await run_until_quiet(informer, kube)
+    assert [(c["continue_"], c["limit"], c["label_selector"]) for c in kube.list_calls] == [
+        ("", 1, "app=x"),
+        ("t1", 1, "app=x"),
+    ]
+    assert kube.list_calls[0]["path"] == "/api/v1/namespaces/ns/configmaps"
+    assert recorder.changes == [("added", "a", "1"), ("added", "b", "2")]
+    assert recorder.synced_at_change == [False, False]  # handlers of the first list run before sync
+    assert informer.has_synced()
+    assert informer.relists == 0
+    assert kube.watch_calls == [
+        {"path": "/api/v1/namespaces/ns/configmaps", "resource_version": "10", "idle_timeout": 90.0}
+    ]
+    # Listed items get the list's apiVersion and kind, as watched ones carry them.
+    assert informer.store is not None
+    stored = informer.store.get(("ns", "a"))
+    assert stored is not None
+    assert (stored["apiVersion"], stored["kind"]) == ("v1", "ConfigMap")
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "changes"),
+    [
+        pytest.param(
+            [cm("a", "1"), cm("b", "1"), cm("c", "1")],
+            [cm("a", "1"), cm("b", "2"), cm("d", "3")],
+            [("modified", "b", "2"), ("added", "d", "3"), ("deleted", "c", "1")],
+            id="added-modified-unchanged-missing",
+        ),
+        pytest.param(
+            [cm("a", "1")],
+            [],
+            [("deleted", "a", "1")],
+            id="everything-gone",
+        ),
+        pytest.param(
+            [cm("a", "1"), cm("b", "1")],
+            [cm("a", "1"), cm("b", "1")],
+            [],
+            id="nothing-changed-nothing-delivered",
+        ),
+        pytest.param(
+            [cm("a", "5")],
+            [cm("a", "4")],
+            [],
+            id="older-than-stored-not-delivered",
+        ),
+    ],
+)
+async def test_relist_replaces(
+    first: list[Obj], second: list[Obj], changes: list[tuple[str, str, str]]
+) -> None:
+    kube = ScriptedKube(lists=[page(first, "10"), page(second, "20")], watches=[[connection_error()]])
+    informer, recorder, _ = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    initial = [("added", o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in first]
+    assert recorder.changes == initial + changes
+    assert informer.relists == 1
+    assert informer.store is not None
+    assert sorted(informer.store.keys()) == sorted(("ns", o["metadata"]["name"]) for o in second)
+    assert kube.watch_calls[-1]["resource_version"] == "20"
+
+
+@pytest.mark.parametrize(
+    ("first", "second", "changes", "held"),
+    [
+        pytest.param(
+            [cm("a", "1"), cm("b", "1"), cm("c", "1")],
+            [cm("a", "1"), cm("b", "2"), cm("d", "3")],
+            [("modified", "b", "2"), ("added", "d", "3"), ("deleted", "c", "")],
+            {"a", "b", "d"},
+            id="fold-upserts-when-changed-deletes-unseen",
+        ),
+        pytest.param([cm("a", "1")], [cm("a", "1")], [], {"a"}, id="fold-unchanged"),
+    ],
+)
+async def test_relist_replaces_through_a_fold(
+    first: list[Obj], second: list[Obj], changes: list[tuple[str, str, str]], held: set[str]
+) -> None:
+    kube = ScriptedKube(lists=[page(first, "10"), page(second, "20")], watches=[[connection_error()]])
+    fold = RvFold()
+    informer, recorder, _ = informer_for(kube, fold=fold)
+    await run_until_quiet(informer, kube)
+    # A fold's changes are all "added" (nothing is stored to be the old version) but for deletions.
+    initial = [("added", o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in first]
+    assert recorder.changes == initial + [("added" if w == "modified" else w, n, v) for w, n, v in changes]
+    assert informer.store is None
+    assert {name for _, name in fold.versions} == held
+
+
+async def test_fold_deletion_is_delivered_as_a_stub() -> None:
+    kube = ScriptedKube(lists=[page([cm("a", "1")], "10")], watches=[[("DELETED", cm("a", "2"))]])
+    delivered: list[tuple[Obj | None, Obj | None]] = []
+    informer, _, _ = informer_for(kube, fold=RvFold())
+    informer.add_handler(lambda old, new: delivered.append((old, new)))
+    await run_until_quiet(informer, kube)
+    assert delivered[-1] == ({"metadata": {"namespace": "ns", "name": "a"}}, None)
+
+
+async def test_a_list_failing_mid_paging_deletes_nothing_and_does_not_sync() -> None:
+    kube = ScriptedKube(
+        lists=[
+            page([cm("a", "1")], "10", token="t1"),
+            ApiError(410, "Expired", "continue token expired"),
+            page([cm("a", "1")], "12", token="t2"),
+            page([cm("b", "2")], "12"),
+        ],
+        watches=[],
+    )
+    informer, recorder, sleeps = informer_for(kube, page_size=1)
+    await run_until_quiet(informer, kube)
+    assert sleeps.synced == [False]  # the failed list did not sync
+    assert [c["continue_"] for c in kube.list_calls] == ["", "t1", "", "t2"]  # restarted from scratch
+    assert recorder.changes == [("added", "a", "1"), ("added", "b", "2")]
+    assert informer.has_synced()
+    assert informer.relists == 1
+
+
+async def test_a_relist_failing_mid_paging_deletes_nothing() -> None:
+    kube = ScriptedKube(
+        lists=[
+            page([cm("a", "1"), cm("b", "1"), cm("c", "1")], "10"),
+            page([cm("a", "1")], "20", token="t1"),
+            connection_error(),
+            page([cm("a", "1")], "30"),
+        ],
+        watches=[[connection_error()]],
+    )
+    informer, recorder, sleeps = informer_for(kube)
+    sleeps.note = lambda: sum(1 for what, _, _ in recorder.changes if what == "deleted")
+    await run_until_quiet(informer, kube)
+    assert sleeps.notes == [0, 0]  # deletions at each failure
+    assert recorder.changes[3:] == [("deleted", "b", "1"), ("deleted", "c", "1")]
+    assert informer.relists == 2
+
+
+async def test_relist_keeps_what_we_wrote_after_the_list_snapshot() -> None:
+    kube = ScriptedKube(lists=[page([], "10"), page([], "20")], watches=[[connection_error()]])
+    informer, recorder, _ = informer_for(kube)
+    # Remembered before the relist (our create answered at RV 25, newer than the relist's 20).
+    informer.remember(cm("mine", "25"))
+    await run_until_quiet(informer, kube)
+    assert informer.store is not None
+    assert ("ns", "mine") in informer.store
+    assert recorder.changes == [("added", "mine", "25")]
+
+
+# --- Informer: WATCH ----------------------------------------------------------------------------------
+
+
+async def test_watch_delivers_added_modified_deleted() -> None:
+    kube = ScriptedKube(
+        lists=[page([], "10")],
+        watches=[[("ADDED", cm("a", "11")), ("MODIFIED", cm("a", "12")), ("DELETED", cm("a", "13"))]],
+    )
+    informer, recorder, _ = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert recorder.changes == [("added", "a", "11"), ("modified", "a", "12"), ("deleted", "a", "13")]
+    assert informer.store is not None
+    assert len(informer.store) == 0
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param([ApiError(410, "Gone", "too old resource version")], id="status-410"),
+        pytest.param([gone_event()], id="error-event-410"),
+        pytest.param([("ADDED", cm("a", "11")), connection_error()], id="connection-error"),
+        pytest.param([kr8s.APITimeoutError("idle watch")], id="read-timeout"),
+        pytest.param([ValueError("truncated line")], id="anything-else"),
+        pytest.param([("ERROR", {"kind": "Status", "code": 500, "message": "boom"})], id="error-event-500"),
+    ],
+)
+async def test_a_failed_watch_lists_again_and_delivers_what_vanished(
+    failure: list[Event | BaseException],
+) -> None:
+    kube = ScriptedKube(
+        lists=[page([cm("x", "1"), cm("y", "1")], "10"), page([cm("x", "1")], "20")],
+        watches=[failure],
+    )
+    informer, recorder, sleeps = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert informer.relists == 1
+    assert len(sleeps.delays) == 1
+    assert BACKOFF_INITIAL_SECONDS / 2 <= sleeps.delays[0] <= BACKOFF_INITIAL_SECONDS
+    assert ("deleted", "y", "1") in recorder.changes
+    assert ("ns", "y") not in (informer.store or {})
+    assert [c["resource_version"] for c in kube.watch_calls] == ["10", "20"]
+
+
+async def test_a_normal_close_watches_again_from_the_last_version_without_listing() -> None:
+    kube = ScriptedKube(
+        lists=[page([], "10")],
+        watches=[[("ADDED", cm("a", "11")), bookmark("15")], [bookmark("18")], []],
+    )
+    informer, _, sleeps = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert [c["resource_version"] for c in kube.watch_calls] == ["10", "15", "18", "18"]
+    assert informer.relists == 0
+    assert sleeps.delays == []
+    assert kube.watches_closed == len(kube.watch_calls)  # the last one by cancellation
+
+
+async def test_backoff_grows_while_failures_repeat_and_resets_after_a_normal_close() -> None:
+    kube = ScriptedKube(
+        lists=[page([], "10")] * 5,
+        watches=[[connection_error()], [connection_error()], [], [connection_error()]],
+    )
+    informer, _, sleeps = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    ceilings = [BACKOFF_INITIAL_SECONDS, 2 * BACKOFF_INITIAL_SECONDS, BACKOFF_INITIAL_SECONDS]
+    assert len(sleeps.delays) == len(ceilings)
+    for delay, ceiling in zip(sleeps.delays, ceilings, strict=True):
+        assert ceiling / 2 <= delay <= ceiling
+
+
+async def test_a_watch_that_was_healthy_for_long_resets_the_backoff() -> None:
+    now = [0.0]
+
+    class Aging(ScriptedKube):
+        async def watch(self, path: str, **kwargs: Any) -> AsyncGenerator[tuple[str, Obj]]:
+            now[0] += HEALTHY_WATCH_SECONDS  # every watch lives that long before it fails
+            async for event in super().watch(path, **kwargs):
+                yield event
+
+    kube = Aging(lists=[page([], "10")] * 4, watches=[[connection_error()]] * 3)
+    sleeps = Sleeps()
+    informer = Informer(kube, CONFIGMAPS, store=Store(), sleep=sleeps, clock=lambda: now[0])
+    await run_until_quiet(informer, kube)
+    assert len(sleeps.delays) == 3
+    assert all(delay <= BACKOFF_INITIAL_SECONDS for delay in sleeps.delays)
+
+
+async def test_a_raising_handler_is_logged_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    kube = ScriptedKube(
+        lists=[page([cm("a", "1")], "10")],
+        watches=[[("MODIFIED", cm("a", "2")), ("ADDED", cm("b", "3"))]],
+    )
+    calls: list[str] = []
+
+    def broken(old: Obj | None, new: Obj | None) -> None:
+        raise RuntimeError("handler bug")
+
+    informer, _, sleeps = informer_for(kube, handlers=[broken])
+    informer.add_handler(lambda old, new: calls.append((new or old or {})["metadata"]["name"]))
+    with caplog.at_level(logging.ERROR, logger="shared.runtime.cache"):
+        await run_until_quiet(informer, kube)
+    assert calls == ["a", "a", "b"]  # the later handler still ran, for every change
+    assert sleeps.delays == []  # and the informer never failed
+    assert informer.relists == 0
+    assert sum("change handler failed" in r.getMessage() for r in caplog.records) == 3
+    assert all(r.exc_info for r in caplog.records)
+
+
+async def test_a_raising_fold_is_logged_and_skipped(caplog: pytest.LogCaptureFixture) -> None:
+    class Broken(RvFold):
+        def upsert(self, key: Key, obj: Obj) -> bool:
+            if key[1] == "bad":
+                raise RuntimeError("fold bug")
+            return super().upsert(key, obj)
+
+    kube = ScriptedKube(
+        lists=[page([], "10")], watches=[[("ADDED", cm("bad", "11")), ("ADDED", cm("ok", "12"))]]
+    )
+    informer, recorder, sleeps = informer_for(kube, fold=Broken())
+    with caplog.at_level(logging.ERROR, logger="shared.runtime.cache"):
+        await run_until_quiet(informer, kube)
+    assert recorder.changes == [("added", "ok", "12")]
+    assert sleeps.delays == []
+    assert any("fold failed" in r.getMessage() for r in caplog.records)
+
+
+async def test_transform_applies_before_storing_and_delivering() -> None:
+    def slim(obj: Obj) -> Obj:
+        return {"metadata": {k: obj["metadata"][k] for k in ("namespace", "name", "resourceVersion")}}
+
+    kube = ScriptedKube(
+        lists=[page([cm("a", "1", big="x")], "10")],
+        watches=[[("MODIFIED", cm("a", "2", big="y")), ("DELETED", cm("a", "3", big="y"))]],
+    )
+    delivered: list[tuple[Obj | None, Obj | None]] = []
+    informer, _, _ = informer_for(kube, transform=slim)
+    informer.add_handler(lambda old, new: delivered.append((old, new)))
+    await run_until_quiet(informer, kube)
+    objects = [obj for pair in delivered for obj in pair if obj is not None]
+    assert objects
+    assert all("labels" not in obj["metadata"] for obj in objects)
+
+
+# --- Informer: write-through --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("remembered", "events", "changes"),
+    [
+        pytest.param(
+            "6",
+            [("MODIFIED", cm("a", "6"))],
+            [("modified", "a", "6")],
+            id="echo-of-our-write-dropped",
+        ),
+        pytest.param(
+            "6",
+            [("MODIFIED", cm("a", "4"))],
+            [("modified", "a", "6")],
+            id="older-event-dropped",
+        ),
+        pytest.param(
+            "6",
+            [("MODIFIED", cm("a", "6")), ("MODIFIED", cm("a", "7"))],
+            [("modified", "a", "6"), ("modified", "a", "7")],
+            id="newer-event-delivered",
+        ),
+        pytest.param(
+            "5",
+            [],
+            [],
+            id="remembering-the-stored-version-changes-nothing",
+        ),
+        pytest.param(
+            "3",
+            [],
+            [],
+            id="remembering-an-older-version-changes-nothing",
+        ),
+    ],
+)
+async def test_remember_and_its_echo(
+    remembered: str, events: list[Event], changes: list[tuple[str, str, str]]
+) -> None:
+    kube = GatedKube(lists=[page([cm("a", "5")], "10")], watches=[events])
+    informer, recorder, _ = informer_for(kube)
+    await run_gated(informer, kube, lambda: informer.remember(cm("a", remembered)))
+    assert recorder.changes == [("added", "a", "5"), *changes]
+
+
+async def test_forget_delivers_the_deletion_once() -> None:
+    kube = GatedKube(lists=[page([cm("a", "5")], "10")], watches=[[("DELETED", cm("a", "6"))]])
+    informer, recorder, _ = informer_for(kube)
+
+    def forget_twice() -> None:
+        informer.forget(("ns", "a"))
+        informer.forget(("ns", "a"))
+
+    await run_gated(informer, kube, forget_twice)
+    # Once by forget; the DELETED event that follows our DELETE finds nothing to delete.
+    assert recorder.changes == [("added", "a", "5"), ("deleted", "a", "5")]
+
+
+async def test_deletion_of_an_older_incarnation_keeps_the_remembered_one() -> None:
+    kube = GatedKube(lists=[page([cm("a", "5")], "10")], watches=[[("DELETED", cm("a", "7"))]])
+    informer, recorder, _ = informer_for(kube)
+
+    def delete_and_create_again() -> None:
+        informer.forget(("ns", "a"))  # we deleted it (its DELETED event carries RV 7)...
+        informer.remember(cm("a", "9"))  # ...and created it again (RV 9) before that event came
+
+    await run_gated(informer, kube, delete_and_create_again)
+    assert informer.store is not None
+    assert informer.store.get(("ns", "a")) == cm("a", "9")
+    assert recorder.changes == [("added", "a", "5"), ("deleted", "a", "5"), ("added", "a", "9")]
+
+
+def test_remember_through_a_fold() -> None:
+    kube = ScriptedKube(lists=[page([], "10")], watches=[])
+    fold = RvFold()
+    informer, recorder, _ = informer_for(kube, fold=fold)
+    informer.remember(cm("a", "3"))
+    informer.remember(cm("a", "3"))
+    informer.forget(("ns", "a"))
+    informer.forget(("ns", "a"))
+    assert recorder.changes == [("added", "a", "3"), ("deleted", "a", "")]
+
+
+async def test_a_second_run_relists_against_what_was_kept() -> None:
+    kube = ScriptedKube(lists=[page([cm("a", "1"), cm("b", "1")], "10")], watches=[])
+    informer, recorder, _ = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert kube.watches_closed == 1  # cancellation closed the watch stream
+    kube._lists.append(page([cm("a", "1")], "20"))
+    await run_until_quiet(informer, kube)
+    assert recorder.changes == [("added", "a", "1"), ("added", "b", "1"), ("deleted", "b", "1")]
+    assert informer.relists == 1
+
+
+# --- the client's side of a watch, over a fake kr8s session -------------------------------------------
+
+
+class _Chunks(httpx.AsyncByteStream):
+    def __init__(self, chunks: Sequence[bytes]) -> None:
+        self.chunks = chunks
+
+    async def __aiter__(self) -> AsyncIterator[bytes]:
+        for chunk in self.chunks:
+            yield chunk
+
+
+@dataclass
+class FakeApi:
+    """What ``Kube`` uses of kr8s's Api: ``call_api``, answering from canned chunks."""
+
+    chunks: Sequence[bytes] = ()
+    calls: list[dict[str, Any]] = field(default_factory=list)
+
+    @contextlib.asynccontextmanager
+    async def call_api(self, method: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
+        self.calls.append({"method": method, **kwargs})
+        if kwargs.get("stream"):
+            yield httpx.Response(200, stream=_Chunks(self.chunks))
+        else:
+            yield httpx.Response(200, content=b"".join(self.chunks))
+
+
+def fake_kube(api: FakeApi, timeout: httpx.Timeout | None = None) -> Kube:
+    return Kube(api, timeout=timeout)  # type: ignore[arg-type]  # the one method Kube calls
+
+
+def line(kind: str, name: str) -> bytes:
+    return (
+        json.dumps({"type": kind, "object": {"metadata": {"name": name}}}, ensure_ascii=False).encode()
+        + b"\n"
+    )
+
+
+@pytest.mark.parametrize(
+    ("chunks", "names"),
+    [
+        pytest.param([line("ADDED", "a"), line("ADDED", "b")], ["a", "b"], id="one-line-per-chunk"),
+        pytest.param(
+            [(line("ADDED", "a") + line("ADDED", "b"))[:-5], line("ADDED", "b")[-5:]],
+            ["a", "b"],
+            id="split-line",
+        ),
+        pytest.param(
+            [b"", line("ADDED", "a")[:3], line("ADDED", "a")[3:9], line("ADDED", "a")[9:]],
+            ["a"],
+            id="three-pieces",
+        ),
+        pytest.param(
+            [line("ADDED", "with\u0085nel\u2028ls")],
+            ["with\u0085nel\u2028ls"],
+            id="unicode-line-breaks-in-a-string",
+        ),
+        pytest.param(
+            [line("ADDED", "a") + b"\n", line("ADDED", "b").rstrip(b"\n")],
+            ["a", "b"],
+            id="blank-line-and-unterminated-last",
+        ),
+    ],
+)
+async def test_watch_splits_lines_on_the_newline_byte(chunks: list[bytes], names: list[str]) -> None:
+    kube = fake_kube(FakeApi(chunks))
+    seen = [obj["metadata"]["name"] async for _, obj in kube.watch("/api/v1/configmaps")]
+    assert seen == names
+
+
+async def test_every_request_carries_the_timeouts() -> None:
+    api = FakeApi([b"{}"])
+    await fake_kube(api).request("GET", "/api/v1/configmaps")
+    assert api.calls[-1]["timeout"] == DEFAULT_TIMEOUT
+    own = httpx.Timeout(3.0, connect=1.0)
+    await fake_kube(api, own).list("/api/v1/configmaps", continue_="t", resource_version="7", limit=2)
+    assert api.calls[-1]["timeout"] == own
+    assert api.calls[-1]["params"] == {"continue": "t", "resourceVersion": "7", "limit": "2"}
+
+    api.chunks = []
+    _ = [event async for event in fake_kube(api, own).watch("/api/v1/configmaps", idle_timeout=7.5)]
+    watched = api.calls[-1]["timeout"]
+    assert (watched.read, watched.connect) == (7.5, 1.0)
+    _ = [event async for event in fake_kube(api).watch("/api/v1/configmaps", timeout_seconds=60)]
+    assert api.calls[-1]["timeout"].read == 60 + WATCH_IDLE_GRACE_SECONDS
+    assert api.calls[-1]["params"]["allowWatchBookmarks"] == "true"

@@ -1,0 +1,213 @@
+"""The controller: predicates, the owner mapping, what wakes which key, and what a result does."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry
+
+from shared.kube import ApiError, Resource
+from shared.runtime.cache import Key, Obj, Store
+from shared.runtime.controller import (
+    RESULT_ERROR,
+    RESULT_REQUEUE,
+    RESULT_REQUEUE_AFTER,
+    RESULT_SUCCESS,
+    Caches,
+    Conflict,
+    Controller,
+    Result,
+    StaticCaches,
+    TerminalError,
+    Watch,
+    Wiring,
+    any_change,
+    generation_changed,
+    labels_changed,
+    owner_key,
+    reconciling,
+    spec_or_metadata_changed,
+)
+from shared.runtime.metrics import ControllerMetrics, QueueMetrics
+from shared.telemetry.tracing import Tracing
+
+WIDGETS = Resource("example.io/v1", "widgets")
+GADGETS = Resource("v1", "gadgets")
+PARTS = Resource("v1", "parts")
+
+
+def obj(name: str, namespace: str = "ns", **metadata: Any) -> Obj:
+    return {"metadata": {"name": name, "namespace": namespace, **metadata}}
+
+
+def owned_by(name: str, kind: str = "Widget", controller: bool = True) -> Obj:
+    reference = {"apiVersion": "example.io/v1", "kind": kind, "name": "w1", "uid": "u1"}
+    return obj(name, ownerReferences=[{**reference, "controller": controller}])
+
+
+@pytest.mark.parametrize(
+    ("predicate", "old", "new", "wakes"),
+    [
+        (any_change, obj("a"), obj("a"), True),
+        (generation_changed, None, obj("a"), True),
+        (generation_changed, obj("a"), None, True),
+        (generation_changed, obj("a", generation=1), obj("a", generation=1, labels={"x": "y"}), False),
+        (generation_changed, obj("a", generation=1), obj("a", generation=2), True),
+        (generation_changed, obj("a", generation=1), obj("a", generation=1, deletionTimestamp="t"), True),
+        (labels_changed, obj("a", labels={"x": "1"}), obj("a", labels={"x": "2"}), True),
+        (labels_changed, obj("a", labels={"x": "1"}, generation=1), obj("a", labels={"x": "1"}), False),
+        (spec_or_metadata_changed, obj("a", generation=1), obj("a", generation=1), False),
+        (spec_or_metadata_changed, obj("a"), obj("a", finalizers=["f"]), True),
+        (spec_or_metadata_changed, obj("a"), owned_by("a"), True),
+    ],
+)
+def test_predicates(predicate: Any, old: Obj | None, new: Obj | None, wakes: bool) -> None:
+    assert predicate(old, new) is wakes
+
+
+@pytest.mark.parametrize(
+    ("owned", "namespaced", "key"),
+    [
+        (owned_by("svc"), True, ("ns", "w1")),
+        (owned_by("svc"), False, ("", "w1")),
+        (owned_by("svc", kind="Other"), True, None),
+        (owned_by("svc", controller=False), True, None),
+        (obj("svc"), True, None),
+        (None, True, None),
+    ],
+)
+def test_owner_key_names_the_controlling_primary(
+    owned: Obj | None, namespaced: bool, key: Key | None
+) -> None:
+    assert owner_key("Widget", namespaced, owned) == key
+
+
+def parts_of_gadget(caches: Caches, old: Obj | None, new: Obj | None) -> Iterable[Key]:
+    """A map function: a gadget wakes the widgets named in its ``widgets`` label, old and new."""
+    for version in (old, new):
+        for name in (((version or {}).get("metadata") or {}).get("labels") or {}).get("widgets", "").split():
+            yield "ns", name
+
+
+WIRING = Wiring(
+    name="widgets",
+    primary=WIDGETS,
+    primary_kind="Widget",
+    predicates=(generation_changed,),
+    owns=(PARTS,),
+    watches=(Watch(GADGETS, map=parts_of_gadget, predicates=(labels_changed,)),),
+    workers=2,
+)
+
+
+class Recorder:
+    def __init__(self, outcome: Any = None, expect: int = 0) -> None:
+        self.keys: list[Key] = []
+        self.outcome = outcome
+        self.expect, self.reached = expect, asyncio.Event()
+
+    async def reconcile(self, key: Key) -> Result | None:
+        self.keys.append(key)
+        if len(self.keys) >= self.expect:
+            self.reached.set()
+        if isinstance(self.outcome, BaseException):
+            raise self.outcome
+        return self.outcome  # type: ignore[no-any-return]
+
+
+def controller(reconciler: Recorder, registry: CollectorRegistry | None = None) -> Controller:
+    registry = registry or CollectorRegistry()
+    caches = StaticCaches({WIDGETS: Store(), GADGETS: Store(), PARTS: Store()})
+    return Controller(
+        WIRING,
+        reconciler,
+        caches,
+        metrics=ControllerMetrics(registry),
+        queue_metrics=QueueMetrics(registry),
+        tracing=Tracing(trace.NoOpTracerProvider(), "test", ratio=1.0),
+    )
+
+
+def deliver(c: Controller, resource: Resource, old: Obj | None, new: Obj | None) -> None:
+    for watched, handler in c.handlers():
+        if watched == resource:
+            handler(old, new)
+
+
+def test_wiring_lists_every_kind_it_reads_once() -> None:
+    assert WIRING.resources() == (WIDGETS, PARTS, GADGETS)
+
+
+@pytest.mark.parametrize(
+    ("resource", "old", "new", "woken"),
+    [
+        (WIDGETS, None, obj("w1"), 1),  # created
+        (WIDGETS, obj("w1", generation=1), obj("w1", generation=1), 0),  # status only: filtered
+        (WIDGETS, obj("w1", generation=1), None, 1),  # deleted
+        (PARTS, None, owned_by("p1"), 1),  # owned: its controller
+        (PARTS, None, obj("p1"), 0),  # not owned: nobody
+        (GADGETS, None, obj("g", labels={"widgets": "a b"}), 2),
+        (GADGETS, obj("g", labels={"widgets": "a"}), obj("g", labels={"widgets": "b"}), 2),  # old and new
+        (GADGETS, obj("g", labels={"widgets": "a"}), obj("g", labels={"widgets": "a"}), 0),  # predicate
+    ],
+)
+def test_what_a_change_wakes(resource: Resource, old: Obj | None, new: Obj | None, woken: int) -> None:
+    c = controller(Recorder())
+    deliver(c, resource, old, new)
+    assert len(c.queue) == woken
+
+
+def test_a_pass_is_not_woken_by_its_own_write() -> None:
+    c = controller(Recorder())
+    with reconciling("widgets", ("ns", "w1")):
+        deliver(c, PARTS, None, owned_by("p1"))  # the write-through of the pass over ns/w1
+        deliver(c, GADGETS, None, obj("g", labels={"widgets": "w2"}))  # another key: woken
+    assert len(c.queue) == 1
+
+
+@pytest.mark.parametrize(
+    ("outcome", "label", "queued_later"),
+    [
+        (None, RESULT_SUCCESS, False),
+        (Result(), RESULT_SUCCESS, False),
+        (Result(requeue_after=30.0), RESULT_REQUEUE_AFTER, True),
+        (Result(requeue=True), RESULT_REQUEUE, True),
+        (Conflict("stale"), RESULT_REQUEUE, True),
+        (TerminalError("bad object"), RESULT_ERROR, False),
+        (ApiError(500, "InternalError", "boom"), RESULT_ERROR, True),
+        (ValueError("bug"), RESULT_ERROR, True),
+    ],
+)
+async def test_what_a_result_does(outcome: Any, label: str, queued_later: bool) -> None:
+    registry = CollectorRegistry()
+    c = controller(Recorder(outcome), registry)
+    assert await c.reconcile_once(("ns", "w1")) == label
+    assert c.queue.retries(("ns", "w1")) == (
+        1 if label in (RESULT_ERROR, RESULT_REQUEUE) and queued_later else 0
+    )
+    sample = registry.get_sample_value(
+        "controller_runtime_reconcile_total", {"controller": "widgets", "result": label}
+    )
+    assert sample == 1
+    terminal = registry.get_sample_value(
+        "controller_runtime_terminal_reconcile_errors_total", {"controller": "widgets"}
+    )
+    assert terminal == (1 if isinstance(outcome, TerminalError) else 0)
+
+
+async def test_workers_reconcile_what_was_woken_before_they_started() -> None:
+    recorder = Recorder(expect=2)
+    c = controller(recorder)
+    for name in ("a", "b", "a"):
+        deliver(c, WIDGETS, None, obj(name))
+    task = asyncio.create_task(c.run())
+    try:
+        await asyncio.wait_for(recorder.reached.wait(), timeout=5)
+    finally:
+        task.cancel()
+    assert sorted(recorder.keys) == [("ns", "a"), ("ns", "b")]
+    assert len(c.queue) == 0
