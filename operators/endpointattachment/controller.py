@@ -540,4 +540,11 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
     manager.add(CLASS_CONTROLLER, ClassReconciler(world, writer))
     repairer = Repairer(world, writer, settings.repair_interval_seconds, settings.repair_grace_seconds)
     manager.add_leader_runnable(repairer.run)
+    # Reads that must not trust a cache: who holds an address after a 409 on a mint, and whether a
+    # holder (attachment or claim) is really gone before its allocation or claim use is released.
+    manager.uses(ALLOCATIONS, "get")
+    manager.uses(ATTACHMENTS, "get")
+    manager.uses(CLAIMS, "get")
+    # The repair loop's deletes of orphaned allocations (the wirings declare the controllers' own).
+    manager.uses(ALLOCATIONS, "delete")
     registry.register(WorldCollector(world))

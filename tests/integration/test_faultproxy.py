@@ -18,7 +18,7 @@ import kr8s
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NAMESPACES, Kube
+from shared.kube import NAMESPACES, Kube, Resource
 from tests.support.faultproxy import (
     LISTEN_HOST,
     FaultProxy,
@@ -38,6 +38,9 @@ REFUSED_WITHIN_SECONDS = CLIENT_TIMEOUT_SECONDS / 2
 WAIT_SECONDS = 30.0
 # An object every cluster has, read to see whether a call gets through.
 PROBE = NAMESPACES.path(name="default")
+SELF_SUBJECT_ACCESS_REVIEWS = Resource(
+    "authorization.k8s.io/v1", "selfsubjectaccessreviews", namespaced=False
+)
 
 
 @pytest.fixture
@@ -71,7 +74,7 @@ async def test_forward_passes_tls_and_credentials_through(proxy: FaultProxy, pro
         "kind": "SelfSubjectAccessReview",
         "spec": {"resourceAttributes": {"verb": "delete", "resource": "namespaces"}},
     }
-    answer = await proxied.create("/apis/authorization.k8s.io/v1/selfsubjectaccessreviews", review)
+    answer = await proxied.create(SELF_SUBJECT_ACCESS_REVIEWS.path(), review)
     assert answer["status"]["allowed"] is True
     assert proxy.accepted >= 1
     assert proxy.held == 0

@@ -14,8 +14,8 @@ so clients verify the API server's own certificate and authenticate as usual):
   are kept, not dropped, and flow on when forwarding resumes, as TCP would deliver them.
 * ``HANG``: connections open before the switch keep working (a watch keeps streaming); new
   connections are accepted and held, nothing forwarded: an API server that is up for the clients it
-  has but answers no new one (a full accept queue, a stuck load balancer). This is the choice the
-  brief left open: it is what separates ``HANG`` from ``BLACKHOLE``.
+  has but answers no new one (a full accept queue, a stuck load balancer). That open connections
+  keep working is a choice: it is what separates ``HANG`` from ``BLACKHOLE``.
 
 ``set_mode`` returns once the mode holds: after ``REFUSE``, every connection is closed and the port
 refuses. ``wait_until`` waits (with a deadline, never a bare sleep) for a state of the proxy's
@@ -37,7 +37,7 @@ import contextlib
 import enum
 import socket
 from collections.abc import AsyncIterator, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 from urllib.parse import urlsplit
@@ -79,20 +79,19 @@ class _Link:
                 writer.transport.abort()
 
 
-@dataclass(eq=False)
 class FaultProxy:
     """Listens on ``LISTEN_HOST`` (a free port) and forwards to ``upstream_host:upstream_port``."""
 
-    upstream_host: str
-    upstream_port: int
-    accepted: int = 0  # connections accepted so far, in any mode
-    _mode: Mode = Mode.FORWARD
-    _listener: socket.socket | None = None
-    _acceptor: asyncio.Task[None] | None = None
-    _links: set[_Link] = field(default_factory=set)
-    # Replaced on every change: waiters wait on the current one, which is set when the next comes.
-    _mode_changed: asyncio.Event = field(default_factory=asyncio.Event)
-    _links_changed: asyncio.Event = field(default_factory=asyncio.Event)
+    def __init__(self, upstream_host: str, upstream_port: int) -> None:
+        self.upstream_host, self.upstream_port = upstream_host, upstream_port
+        self.accepted = 0  # connections accepted so far, in any mode
+        self._mode = Mode.FORWARD
+        self._listener: socket.socket | None = None
+        self._acceptor: asyncio.Task[None] | None = None
+        self._links: set[_Link] = set()
+        # Replaced on every change: waiters wait on the current one, which is set when the next comes.
+        self._mode_changed = asyncio.Event()
+        self._links_changed = asyncio.Event()
 
     @property
     def mode(self) -> Mode:
@@ -114,7 +113,8 @@ class FaultProxy:
 
     @property
     def held(self) -> int:
-        """Client connections open now that have no upstream connection (accepted, never forwarded)."""
+        """Client connections open now that have no upstream connection (accepted, never forwarded).
+        A held connection its client gave up on is noticed only once forwarding resumes."""
         return sum(1 for link in self._links if link.upstream is None)
 
     async def start(self) -> None:

@@ -11,7 +11,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-import yaml
 from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
@@ -353,36 +352,6 @@ def test_every_kind_a_controller_reads_is_cached_and_every_cache_is_read() -> No
     read = {resource for wiring in WIRINGS for resource in wiring.resources()}
     assert read == set(RESOURCES)
     assert len({wiring.name for wiring in WIRINGS}) == len(WIRINGS)
-
-
-def _granted() -> dict[tuple[str, str], set[str]]:
-    """(API group, resource[/subresource]) -> verbs, from the operator's ClusterRole."""
-    role = yaml.safe_load((ROOT / "config/rbac/endpointattachment/role.yaml").read_text())
-    granted: dict[tuple[str, str], set[str]] = {}
-    for rule in role["rules"]:
-        for group in rule["apiGroups"]:
-            for resource in rule["resources"]:
-                granted.setdefault((group, resource), set()).update(rule["verbs"])
-    return granted
-
-
-def _group(resource: Resource) -> str:
-    return resource.api_version.rpartition("/")[0]
-
-
-def test_the_cluster_role_grants_what_the_wiring_declares() -> None:
-    granted = _granted()
-    for wiring in WIRINGS:
-        for resource in wiring.resources():
-            assert {"list", "watch"} <= granted.get((_group(resource), resource.plural), set()), resource
-        for write in wiring.writes:
-            name = (
-                f"{write.resource.plural}/{write.subresource}" if write.subresource else write.resource.plural
-            )
-            assert set(write.verbs) <= granted.get((_group(write.resource), name), set()), (
-                wiring.name,
-                write,
-            )
 
 
 async def test_reconcilers_answer_a_result_for_a_key_not_cached() -> None:
