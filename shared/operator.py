@@ -204,10 +204,11 @@ def run(
 
     @kopf.on.cleanup(registry=kopf_registry)
     async def cleanup(**_: Any) -> None:
-        if "manager" in holder:
-            await holder["manager"].release()
         for task in holder.get("tasks", []):
-            task.cancel()
+            task.cancel()  # no pass starts a write after this...
+        if "manager" in holder:
+            await holder["manager"].release()  # ...so the lease is handed over with nothing in flight
+        stop.set()  # kopf's own stop-flag waiter ends now, not after its grace period
 
     try:
         kopf.run(

@@ -48,6 +48,7 @@ from shared.runtime.cache import Key, Obj
 from shared.runtime.controller import (
     Caches,
     Conflict,
+    NotLeader,
     Result,
     Watch,
     Wiring,
@@ -55,7 +56,7 @@ from shared.runtime.controller import (
     generation_changed,
 )
 from shared.runtime.manager import Manager
-from shared.runtime.writes import NotLeader, Writer
+from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing, current_pass
 
 log = logging.getLogger("gpuclass")

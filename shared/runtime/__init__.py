@@ -15,6 +15,7 @@ from shared.runtime.controller import (
     Caches,
     Conflict,
     Controller,
+    NotLeader,
     Result,
     TerminalError,
     Watch,
@@ -26,7 +27,7 @@ from shared.runtime.controller import (
     spec_or_metadata_changed,
 )
 from shared.runtime.manager import LeaderElection, LostLeadership, Manager
-from shared.runtime.writes import NotLeader, Writer
+from shared.runtime.writes import Writer
 
 __all__ = [
     "Caches",

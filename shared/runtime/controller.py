@@ -83,6 +83,12 @@ def condition_reasons(obj: Obj | None) -> list[str]:
     return [str(c.get("reason")) for c in conditions if isinstance(c, Mapping)]
 
 
+class NotLeader(Exception):
+    """This replica does not (or no longer) hold the lease: it must not write. The pass ends
+    quietly and is not retried here: the manager stops the controllers (a standby picks the key up
+    from its own caches)."""
+
+
 class Caches(Protocol):
     """What map functions and reconcilers read: one synced store per watched kind."""
 
@@ -316,6 +322,9 @@ class Controller:
                     self.metrics.terminal_error(name)
                     self.queue.forget(key)
                     log.warning("%s %s/%s: terminal error, not retried: %s", name, *key, error)
+                    return RESULT_ERROR
+                except NotLeader:
+                    log.info("%s %s/%s: not the leader any more; the pass stops", name, *key)
                     return RESULT_ERROR
                 except Conflict as error:
                     self.queue.add_rate_limited(key)

@@ -6,10 +6,10 @@ Decides the order every controller of both operators starts in, as controller-ru
    its caches warm so a takeover does not start cold;
 2. **the sync barrier**: no controller runs a reconcile before every cache it reads has synced;
    changes delivered meanwhile are queued, so the first passes see the whole world at once;
-3. **leader election** (a ``coordination.k8s.io/v1`` Lease, controller-runtime's defaults): only
-   the leader starts its controllers and leader-only runnables, and its ``Writer`` refuses every
-   write once the lease is not fresh; a leader that loses the lease stops and ``run`` raises
-   ``LostLeadership`` (the process exits and restarts as a standby);
+3. **leader election** (a ``coordination.k8s.io/v1`` Lease, controller-runtime's defaults), once
+   the caches have synced: only the leader starts its controllers and leader-only runnables, and
+   its ``Writer`` refuses every write once the lease is not fresh; a leader that loses the lease
+   stops and ``run`` raises ``LostLeadership`` (the process exits and restarts as a standby);
 4. health: liveness fails when the event loop stalls or a reconcile has run past its bound;
    readiness is the sync barrier.
 
@@ -202,9 +202,7 @@ class Manager:
     async def run(self) -> None:
         """Until cancelled; raises ``LostLeadership`` when the lease is lost (or never won)."""
         tasks = [asyncio.create_task(i.run(), name=f"informer-{r.plural}") for r, i in self.informers.items()]
-        elector_task = (
-            asyncio.create_task(self.elector.run(), name="leader-election") if self.elector else None
-        )
+        elector_task: asyncio.Task[None] | None = None
         try:
             await asyncio.gather(*(i.synced.wait() for i in self.informers.values()))
             self.synced.set()
@@ -212,7 +210,10 @@ class Manager:
             # scanning it on every collection (a large Store otherwise costs more per event).
             gc.freeze()
             log.info("caches synced: %s", ", ".join(sorted(r.plural for r in self.informers)))
-            if self.elector is not None and elector_task is not None:
+            if self.elector is not None:
+                # Only a warm replica runs for the lease (as controller-runtime: election after the
+                # caches), so a replica still listing never takes a lease from a warm standby.
+                elector_task = asyncio.create_task(self.elector.run(), name="leader-election")
                 leading = asyncio.create_task(self.elector.leading.wait())
                 await asyncio.wait({leading, elector_task}, return_when=asyncio.FIRST_COMPLETED)
                 leading.cancel()
@@ -238,6 +239,6 @@ class Manager:
 
     async def release(self) -> None:
         """On a graceful stop: hand the lease over at once instead of letting it expire."""
-        if self.elector is not None and self.elector.is_leader():
+        if self.elector is not None:  # it gives the lease up only if the lease still names us
             with contextlib.suppress(Exception):
                 await self.elector.release()

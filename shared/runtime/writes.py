@@ -28,12 +28,8 @@ from typing import Any
 from shared.conditions import JsonPatch
 from shared.kube import ApiError, Kube, PatchKind, Resource
 from shared.runtime.cache import Informer, Obj, key_of
-from shared.runtime.controller import Conflict
+from shared.runtime.controller import Conflict, NotLeader
 from shared.telemetry.tracing import stamp
-
-
-class NotLeader(Exception):
-    """This replica does not (or no longer) hold the lease: it must not write."""
 
 
 def _path(resource: Resource, obj: Mapping[str, Any]) -> str:

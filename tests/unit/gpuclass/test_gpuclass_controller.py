@@ -37,11 +37,11 @@ from operators.gpuclass.metrics import Metrics
 from operators.gpuclass.settings import Settings
 from shared.kube import EVENTS, NODES, PODS, ApiError, Kube, Resource
 from shared.runtime.cache import Informer, Key, Obj, Store, key_of
-from shared.runtime.controller import Conflict, Controller, StaticCaches
+from shared.runtime.controller import Conflict, Controller, NotLeader, StaticCaches
 from shared.runtime.manager import Manager
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.rbac import granted_rules
-from shared.runtime.writes import NotLeader, Writer
+from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing
 from tests.gpuclass_builders import (
     H200,
