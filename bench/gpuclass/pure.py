@@ -9,13 +9,22 @@ Measures, in one run:
   then one that changes it back (units taken again), so every round leaves the aggregates as found;
 * the aggregates' memory: tracemalloc around building the Inventory from the whole world, with the
   world generated inside the traced window and dropped before the reading, so only what the
-  Inventory keeps (and nothing the benchmark holds) is counted.
+  Inventory keeps (and nothing the benchmark holds) is counted;
+* one quantity parsed by ``operators.gpuclass.quantity`` (``parse_exact``, what pod events use, and
+  ``parse_value``, what node allocatables use), against the official client's
+  ``kubernetes.utils.parse_quantity`` (and that rounded up to an int), over two mixes drawn from the
+  same pod events: the quantities the fold parses (extended resources of requests, limits not shadowed
+  by a request, and overhead), and every quantity the pods' resources carry (cpu, memory, ...) plus
+  canonical forms the world lacks (``512M``, hugepages, ``1k``, ...). Both parsers must give the same
+  value for every quantity of both mixes, which is asserted; where they differ on purpose (text Go
+  rejects, caps or rounds) is listed in a note.
 
 Baselines from the same run, for the ratios: a naive pass that keeps no aggregates (for each class,
 for each node offering its resource, the scheduler's request summed over every pod on that node; it
 must agree with ``decide`` on every class's freeUnits and maxFreeUnitsPerNode, which is asserted),
 and ``json.loads`` of the very watch events fed to the Inventory: the floor any Python operator pays
-per event before its handler runs.
+per event before its handler runs. ``parse_quantity`` is the baseline of the quantity rows: the
+design prefers it to a parser of our own unless a figure says otherwise.
 """
 
 from __future__ import annotations
@@ -24,6 +33,7 @@ import contextlib
 import dataclasses
 import gc
 import json
+import math
 import random
 import statistics
 import sys
@@ -33,15 +43,25 @@ import types
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from decimal import Decimal
+from fractions import Fraction
 from typing import Any, TypeVar
+
+from kubernetes.utils import parse_quantity as _untyped_parse_quantity
 
 from bench.gpuclass.report import Row, megabytes, seconds, times
 from bench.gpuclass.world import Obj, World, WorldSpec, build_world, is_gpu_pod, pod_status
 from operators.gpuclass.decide import ClassDecision, decide
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
-from operators.gpuclass.quantity import parse_value
-from operators.gpuclass.scheduling import bound_node, eligible, parse_tolerations, pod_request
+from operators.gpuclass.quantity import parse_exact, parse_value
+from operators.gpuclass.scheduling import (
+    bound_node,
+    eligible,
+    is_extended_resource,
+    parse_tolerations,
+    pod_request,
+)
 from shared.conditions import rfc3339, status_patch
 
 T = TypeVar("T")
@@ -103,6 +123,9 @@ def _measure(options: PureOptions, say: Callable[[str], None]) -> PureResult:
     after = decide(world.classes, inventory, view)
     assert after == decisions, "a round of events and their reversals changed the decisions"
 
+    say("pure: quantities, ours against kubernetes.utils.parse_quantity, checked against each other")
+    quantity = quantity_rows(events, options.event_rounds, event_seconds)
+
     rows = [
         Row(
             f"full pass over {len(world.classes)} classes, warm aggregates (median of {options.pass_runs})",
@@ -159,9 +182,11 @@ def _measure(options: PureOptions, say: Callable[[str], None]) -> PureResult:
             seconds(fill_seconds),
             ratio=f"{seconds(fill_seconds / (len(pods) + len(world.nodes)))} per object",
         ),
+        *quantity.rows,
     ]
     notes = [
         f"naive pass and decide agree on freeUnits and maxFreeUnitsPerNode of all {compared} classes",
+        *quantity.notes,
     ]
     return PureResult(rows, notes)
 
@@ -353,6 +378,167 @@ def loads_time(texts: Sequence[str], rounds: int) -> float:
             loads(text)
 
     return median_time(one_round, rounds)[0] / len(texts)
+
+
+# --- quantities: ours against the official client's ----------------------------------------------
+
+# Canonical forms (what the API server stores) that a Pod's resources carry and the world lacks.
+EXTRA_QUANTITIES: tuple[str, ...] = (
+    *("0", "1", "2", "4", "8", "16", "110", "250", "1k", "4k"),  # counts: extended resources, devices
+    *("1m", "5m", "25m", "100m", "250m", "500m", "1500m", "2500m", "127500m"),  # cpu
+    *("35M", "128M", "512M", "1G", "64Ki", "100Ki", "128Mi", "1536Mi", "1Gi", "10Gi", "1Ti"),  # memory
+    *("2Mi", "512Mi", "2Gi", "40Gi"),  # hugepages-2Mi / hugepages-1Gi amounts
+    *("1M", "80G", "141G", "1Ei", "9223372036854775807"),  # large: device memory, int64's largest
+)
+# Text the two parsers answer differently on purpose: Go's resource.ParseQuantity rejects it (and so
+# do we), or Go caps or rounds it (and so do we), while parse_quantity follows Python's Decimal. The
+# API server stores none of it. Shown in a note, never timed.
+DIFFERENT_ON_PURPOSE: tuple[str, ...] = (
+    *("-1", "1K", " 1", "1 Gi", "1_000", "\u0661", "Infinity", "NaN"),  # negative, or not Go's grammar
+    *("1e999", "1e-30"),  # above int64 (Go and we cap), below a nano (Go and we round up to 1n)
+)
+# Garbage both reject: the cross-check covers it too.
+BOTH_REJECT: tuple[str, ...] = ("", "abc", "1ki", "1.2.3", "0x10", "Gi", "+", ".")
+
+
+# The official client's parser (``ValueError`` for garbage): the exact value, as a Decimal. Typed by
+# this binding, not by a wrapper, which would add a call to its side of the timings.
+parse_quantity: Callable[[str], Decimal] = _untyped_parse_quantity
+
+
+def quantity_value(text: str) -> int:
+    """``parse_quantity`` rounded up to an int: what ``parse_value`` (Go's ``Value()``) returns."""
+    return math.ceil(parse_quantity(text))
+
+
+@dataclass(frozen=True)
+class QuantityMixes:
+    fold: list[str]  # what upsert_pod parses for these events, in order, repeats kept
+    resources: list[str]  # every quantity of the events' resources, plus EXTRA_QUANTITIES
+
+
+def quantity_mixes(events: Sequence[Obj]) -> QuantityMixes:
+    """The quantity texts of the pod events: those the fold parses (extended resources: requests, a
+    limit without a request, overhead), and all of them (every resource name), repeats kept."""
+    fold: list[str] = []
+    every: list[str] = []
+    for pod in events:
+        spec = pod.get("spec") or {}
+        lists: list[tuple[Mapping[str, Any], Mapping[str, Any]]] = []
+        for container in (*(spec.get("containers") or ()), *(spec.get("initContainers") or ())):
+            resources = container.get("resources") or {}
+            requests = resources.get("requests") or {}
+            lists += [(requests, {}), (resources.get("limits") or {}, requests)]
+        lists.append((spec.get("overhead") or {}, {}))
+        for listed, shadowed in lists:
+            for name, text in listed.items():
+                every.append(text)
+                if is_extended_resource(name) and name not in shadowed:
+                    fold.append(text)
+    return QuantityMixes(fold, every + list(EXTRA_QUANTITIES))
+
+
+def check_quantities(texts: Iterable[str]) -> int:
+    """Assert both parsers agree on every text: the same exact value and the same value rounded up,
+    or both reject it. The number of distinct texts checked."""
+    distinct = set(texts)
+    for text in distinct:
+        exact, value = parse_exact(text), parse_value(text)
+        try:
+            theirs = parse_quantity(text)
+        except ValueError:
+            assert (exact, value) == (None, None), f"{text!r}: parse_quantity rejects it, we {exact}"
+            continue
+        assert exact == Fraction(theirs), f"{text!r}: we give {exact}, parse_quantity {theirs}"
+        assert value == quantity_value(text), f"{text!r}: we give {value}, parse_quantity {theirs} up"
+    return len(distinct)
+
+
+def differences(texts: Iterable[str]) -> list[str]:
+    """``text: ours vs theirs`` for each text where the two parsers give different values."""
+    out = []
+    for text in texts:
+        exact = parse_exact(text)
+        try:
+            theirs: Decimal | None = parse_quantity(text)
+        except ValueError:
+            theirs = None
+        same = (
+            exact is None
+            if theirs is None
+            else exact is not None and theirs.is_finite() and exact == Fraction(theirs)
+        )
+        if not same:
+            out.append(f"{text!r}: {'rejected' if exact is None else exact} vs {theirs or 'rejected'}")
+    return out
+
+
+def per_call_times(
+    parsers: Sequence[Callable[[str], object]], texts: Sequence[str], rounds: int
+) -> list[float]:
+    """For each parser, the median over rounds of the mean time of one call, after a round of
+    warm-up. The parsers take turns within each round (each round in another order), and the time is
+    this process's CPU time: a machine busy with something else slows them alike, and less."""
+    durations: list[list[float]] = [[] for _ in parsers]
+    order = list(range(len(parsers)))
+    with collector_off():
+        for n in range(rounds + 1):
+            for index in order[n % len(order) :] + order[: n % len(order)]:
+                parse = parsers[index]
+                started = time.process_time()
+                for text in texts:
+                    parse(text)
+                if n:  # the first round warms up
+                    durations[index].append(time.process_time() - started)
+    return [statistics.median(d) / len(texts) for d in durations]
+
+
+def quantity_rows(events: Sequence[Obj], rounds: int, event_seconds: float) -> PureResult:
+    """Rows timing both parsers on both mixes, after asserting they agree on every quantity."""
+    mixes = quantity_mixes(events)
+    checked = check_quantities([*mixes.fold, *mixes.resources, *BOTH_REJECT])
+    different = differences(DIFFERENT_ON_PURPOSE)
+    assert len(different) == len(DIFFERENT_ON_PURPOSE), f"not all differ as expected: {different}"
+    per_event = len(mixes.fold) / len(events)
+    rows: list[Row] = []
+    for label, mix in (
+        (f"the fold's (extended resources, {per_event:.2f} per pod event)", mixes.fold),
+        ("every quantity of the pods' resources", mixes.resources),
+    ):
+        exact, value, theirs, theirs_value = per_call_times(
+            (parse_exact, parse_value, parse_quantity, quantity_value), mix, rounds
+        )
+        effect = ""
+        if mix is mixes.fold:  # what switching would do to one pod event of the fold
+            shift = (theirs - exact) * per_event
+            effect = (
+                f"; parse_quantity instead: {'+' if shift >= 0 else '-'}{seconds(abs(shift))} "
+                f"on a {seconds(event_seconds)} pod event"
+            )
+        rows += [
+            Row(
+                f"quantity, {label}: parse_exact, mean of {len(mix):,}",
+                seconds(exact),
+                ratio=f"parse_quantity ÷ this = {times(theirs / exact)}{effect}",
+            ),
+            Row(
+                "  parse_value (rounded up to an int)",
+                seconds(value),
+                ratio=f"ceil(parse_quantity) ÷ this = {times(theirs_value / value)}",
+            ),
+            Row(
+                "  baseline: kubernetes.utils.parse_quantity (a Decimal)",
+                seconds(theirs),
+                ratio=f"rounded up to an int: {seconds(theirs_value)}",
+            ),
+        ]
+    notes = [
+        f"parse_exact/parse_value and kubernetes.utils.parse_quantity agree on all {checked:,} distinct "
+        "quantities of both mixes (same exact value and same value rounded up, or both reject it)",
+        "they differ on purpose (ours vs parse_quantity: ours follows Go, which rejects these, caps at "
+        f"int64 and rounds up to one nano): {'; '.join(different)}",
+    ]
+    return PureResult(rows, notes)
 
 
 # --- the naive reference --------------------------------------------------------------------------

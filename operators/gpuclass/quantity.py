@@ -13,6 +13,14 @@ server stores (it rejects such text and stores quantities in canonical form):
 * text longer than ``MAX_TEXT_LENGTH`` is garbage, so arithmetic stays bounded;
 * values are capped at ``MAX_VALUE`` (2^63-1, what a Go ``int64`` holds), where Go itself would
   overflow; positive values below one nano round up to one nano, as Go rounds them up to its smallest unit.
+
+Why not ``kubernetes.utils.parse_quantity`` (``make bench``, pure scenario, quantity rows, CPU time):
+it does not follow Go's grammar — it takes negatives, ``1K``, spaces, ``_``, ``NaN``, ``Infinity``
+and 10^999 as they are, where the API server refuses them — so it would need a wrapper re-doing
+this module's checks anyway; and on the fold's path (extended resources of pod events, 0.55
+quantities an event, nearly all ``"1"``) this parser is 2.3 times faster (0.18 µs against 0.42 µs a
+quantity), with no runtime dependency on the whole client (0.3 s of import, 12 more packages). On
+cpu and memory, which the fold never parses, ``parse_quantity`` is the faster (1.17 against 2.05 µs).
 """
 
 from __future__ import annotations
