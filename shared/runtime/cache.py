@@ -17,7 +17,7 @@ Decides:
   or listed object older than the stored version (when both resourceVersions are integers, as the
   API server's are; they are opaque strings otherwise and compared for equality only);
 * when to LIST again: after a 410 Gone (an HTTP status or an ERROR event), a connection failure, an
-  idle watch (no line for ``idle_timeout_seconds``) or any other failure, after a jittered backoff
+  idle watch (no data for ``idle_timeout_seconds``) or any other failure, after a jittered backoff
   (``BACKOFF_INITIAL_SECONDS`` doubling up to ``BACKOFF_MAX_SECONDS``); a watch the server ends
   normally is started again from the last resourceVersion seen (an event's or a BOOKMARK's);
 * LISTed items carry the list's ``apiVersion`` and ``kind`` like watched ones (the API leaves them

@@ -1,0 +1,189 @@
+"""Refusals and stale credentials against the real API server, as a ServiceAccount that may read and
+watch ConfigMaps in its namespace and nothing else.
+
+* A 403 is an answer, not a reason to re-authenticate: it leaves kr8s's HTTP session (and any stream
+  open on it) and the informer's own watch connection alone.
+* A 401 has kr8s re-read the credentials once: for a request through kr8s's checking path (a new
+  session), for a watch with ``auth.reauthenticate`` before dialling again. To make the token a client
+  holds invalid at once (the API server caches a valid token's authentication for seconds, so
+  revoking a real one is not instant), the tests put a token that was never valid where kr8s keeps it
+  (its session's header, its ``auth.token``); the kubeconfig file keeps the valid one, as it would
+  after a rotation.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+from collections.abc import AsyncIterator
+from pathlib import Path
+
+import pytest
+import yaml
+
+from hack.devcluster import ClusterInfo
+from shared.kube import SERVICE_ACCOUNTS, ApiError, Kube, Obj, Resource
+from shared.runtime.cache import Informer, Store
+from tests.support.identity import serviceaccount_kubeconfig
+
+CONFIGMAPS = Resource("v1", "configmaps")
+SECRETS = Resource("v1", "secrets")
+DEADLINE = 30.0  # seconds; each wait here is over in well under one on an idle control plane
+NOT_A_TOKEN = "not-a-token"  # never issued: the API server answers 401 to it, and caches no success
+FORBIDDEN_READS = 3  # kr8s used to re-authenticate (and replace its session) on each of these
+
+
+def configmap(name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": name}, "data": {"k": "v"}}
+
+
+async def reader_kubeconfig(kube: Kube, cluster: ClusterInfo, namespace: str, path: Path) -> str:
+    """A ServiceAccount that may get, list and watch ConfigMaps in ``namespace``: nothing else."""
+    rbac = "rbac.authorization.k8s.io/v1"
+    await kube.create(
+        SERVICE_ACCOUNTS.path(namespace),
+        {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": "reader"}},
+    )
+    role = {
+        "apiVersion": rbac,
+        "kind": "Role",
+        "metadata": {"name": "reader"},
+        "rules": [{"apiGroups": [""], "resources": ["configmaps"], "verbs": ["get", "list", "watch"]}],
+    }
+    await kube.create(f"/apis/{rbac}/namespaces/{namespace}/roles", role)
+    binding = {
+        "apiVersion": rbac,
+        "kind": "RoleBinding",
+        "metadata": {"name": "reader"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "reader"},
+        "subjects": [{"kind": "ServiceAccount", "name": "reader", "namespace": namespace}],
+    }
+    await kube.create(f"/apis/{rbac}/namespaces/{namespace}/rolebindings", binding)
+    return await serviceaccount_kubeconfig(kube, cluster.kubeconfig, namespace, "reader", path)
+
+
+@pytest.fixture
+async def reader(kube: Kube, cluster: ClusterInfo, namespace: str, tmp_path: Path) -> Kube:
+    # kr8s shares one Api per kubeconfig path: this test's path is its own.
+    return await Kube.connect(
+        await reader_kubeconfig(kube, cluster, namespace, tmp_path / "reader.kubeconfig")
+    )
+
+
+class Added:
+    """A change handler: the names of objects added, and an event to wait on each."""
+
+    def __init__(self) -> None:
+        self.names: list[str] = []
+        self._changed = asyncio.Event()
+
+    def __call__(self, old: Obj | None, new: Obj | None) -> None:
+        if old is None and new is not None:
+            self.names.append(new["metadata"]["name"])
+            self._changed.set()
+
+    async def until(self, name: str) -> None:
+        async with asyncio.timeout(DEADLINE):
+            while name not in self.names:
+                self._changed.clear()
+                await self._changed.wait()
+
+
+@contextlib.asynccontextmanager
+async def running(informer: Informer) -> AsyncIterator[None]:
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(DEADLINE):
+            await informer.synced.wait()
+        yield
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+
+
+async def next_event(lines: AsyncIterator[str]) -> tuple[str, str]:
+    async with asyncio.timeout(DEADLINE):
+        while True:
+            line = await anext(lines)
+            if line.strip():
+                event = json.loads(line)
+                return event["type"], event["object"]["metadata"]["name"]
+
+
+async def test_a_forbidden_read_leaves_every_open_watch_alone(
+    kube: Kube, reader: Kube, namespace: str
+) -> None:
+    informer = Informer(reader, CONFIGMAPS, store=Store(), namespace=namespace)
+    added = Added()
+    informer.add_handler(added)
+    listed = await reader.list(CONFIGMAPS.path(namespace))
+    params = {"watch": "true", "resourceVersion": listed["metadata"]["resourceVersion"]}
+    async with (
+        running(informer),
+        # A watch streamed by kr8s's own session, which kr8s replaced on every 401 *and* 403.
+        reader.api.call_api(
+            "GET",
+            version="",
+            base="/api",
+            url=f"v1/namespaces/{namespace}/configmaps",
+            params=params,
+            stream=True,
+        ) as streamed,
+    ):
+        session = reader.api._session
+        for _ in range(FORBIDDEN_READS):
+            with pytest.raises(ApiError) as refused:
+                await reader.get(SECRETS.path(namespace, "anything"))
+            assert refused.value.status == 403
+            assert refused.value.reason == "Forbidden"
+
+        await kube.create(CONFIGMAPS.path(namespace), configmap("after-the-refusals"))
+        assert await next_event(streamed.aiter_lines()) == ("ADDED", "after-the-refusals")
+        await added.until("after-the-refusals")
+        assert reader.api._session is session  # kr8s did not re-authenticate
+        assert informer.relists == 0  # the informer's watch never broke
+
+
+async def test_a_stale_token_is_re_read_once_for_a_request(kube: Kube, reader: Kube, namespace: str) -> None:
+    assert reader.api._session is not None
+    reader.api._session.headers["Authorization"] = f"Bearer {NOT_A_TOKEN}"
+    stale = reader.api._session
+    assert (await reader.list(CONFIGMAPS.path(namespace)))["kind"] == "ConfigMapList"
+    assert reader.api._session is not stale  # kr8s re-read the kubeconfig and replaced its session
+
+
+async def test_a_stale_token_is_re_read_once_for_a_watch(kube: Kube, reader: Kube, namespace: str) -> None:
+    listed = await reader.list(CONFIGMAPS.path(namespace))
+    reader.api.auth.token = NOT_A_TOKEN
+    await kube.create(CONFIGMAPS.path(namespace), configmap("seen-after-401"))
+    events = reader.watch(CONFIGMAPS.path(namespace), resource_version=listed["metadata"]["resourceVersion"])
+    async with asyncio.timeout(DEADLINE), contextlib.aclosing(events):
+        kind, obj = await anext(events)
+    assert (kind, obj["metadata"]["name"]) == ("ADDED", "seen-after-401")
+    assert reader.api.auth.token != NOT_A_TOKEN
+
+
+async def first_event(events: AsyncIterator[tuple[str, Obj]]) -> tuple[str, Obj]:
+    async with asyncio.timeout(DEADLINE):
+        return await anext(events)
+
+
+async def test_credentials_that_stay_invalid_are_a_401(reader: Kube, namespace: str, tmp_path: Path) -> None:
+    # The kubeconfig now holds a token that was never valid: re-reading it cures nothing.
+    path = tmp_path / "reader.kubeconfig"
+    config = yaml.safe_load(path.read_text())
+    config["users"][0]["user"]["token"] = NOT_A_TOKEN
+    path.write_text(yaml.safe_dump(config))
+
+    reader.api.auth.token = NOT_A_TOKEN
+    with pytest.raises(ApiError) as refused_watch:
+        await first_event(reader.watch(CONFIGMAPS.path(namespace)))
+    assert refused_watch.value.status == 401
+
+    assert reader.api._session is not None
+    reader.api._session.headers["Authorization"] = f"Bearer {NOT_A_TOKEN}"
+    with pytest.raises(ApiError) as refused_request:
+        await reader.list(CONFIGMAPS.path(namespace))
+    assert refused_request.value.status == 401
