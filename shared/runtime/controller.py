@@ -32,7 +32,7 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from shared.kube import ApiError, Resource
+from shared.kube import NO_ANSWER, ApiError, Resource
 from shared.ownership import sole_controller
 from shared.runtime.cache import Key, Obj, Store, key_of
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
@@ -331,10 +331,12 @@ class Controller:
                     log.info("%s %s/%s: stale read (%s); again shortly", name, *key, error)
                     result = RESULT_REQUEUE
                     return result
-                except ApiError as error:
+                except (ApiError, *NO_ANSWER) as error:  # refused, or no answer in time: transient
                     report.outcome = OUTCOME_ERROR
                     delay = self.queue.add_rate_limited(key)
-                    log.warning("%s %s/%s: %s; retrying in %.2fs", name, *key, error, delay)
+                    log.warning(
+                        "%s %s/%s: %s: %s; retrying in %.2fs", name, *key, type(error).__name__, error, delay
+                    )
                     return RESULT_ERROR
                 except Exception:
                     report.outcome = OUTCOME_ERROR

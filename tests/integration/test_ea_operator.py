@@ -10,7 +10,6 @@ and the load balancer (``tests.support.loadbalancer``). Each test carries one of
 from __future__ import annotations
 
 import asyncio
-import contextlib
 import itertools
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
@@ -25,7 +24,7 @@ from operators.endpointattachment.constants import (
     METALLB_IPS_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
-from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj, Resource
+from shared.kube import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj
 from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
 from tests.ea_builders import (
     for_create,
@@ -37,78 +36,32 @@ from tests.ea_builders import (
     make_service,
     make_serviceproxy,
 )
-from tests.support.identity import serviceaccount_kubeconfig
+from tests.support.ea_cluster import (
+    ALLOCATIONS,
+    ATTACHMENT_CONTROLLER,
+    ATTACHMENTS,
+    CLAIMS,
+    CLASSES,
+    GROUP_VERSION,
+    HELMRELEASES,
+    NODE,
+    OPERATOR_NAMESPACE,
+    PROXIES,
+    condition,
+    ea_crds_and_node,
+    ea_operator,
+    reconciles,
+)
 from tests.support.loadbalancer import FakeLoadBalancer, load_balancer
-from tests.support.manifests import apply_all, load
-from tests.support.operators import RunningOperator, operator_process
+from tests.support.operators import RunningOperator
 from tests.support.otlp import attributes, otlp_receiver
 from tests.support.waiting import eventually, wait_for_object
-
-GROUP_VERSION = "local.sdn.cozystack.io/v1alpha1"
-ATTACHMENTS = Resource(GROUP_VERSION, "endpointattachments")
-CLAIMS = Resource(GROUP_VERSION, "ipaddressclaims")
-CLASSES = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
-ALLOCATIONS = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
-PROXIES = Resource(GROUP_VERSION, "serviceproxies", namespaced=False)
-HELMRELEASES = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
-OPERATOR_NAMESPACE = "cozy-endpointattachment"
-TENANT_ROLES = frozenset({"tenant_roles.yaml"})  # the tenants' roles, not the operator's
-# The controller whose passes the tests count (one of the operator's three).
-ATTACHMENT_CONTROLLER = "endpointattachment"
-NODE = "ea-it-node"
-CRD_FILES = [
-    "tests/fixtures/helmrelease-crd.yaml",
-    *(
-        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
-        for plural in (
-            "endpointattachments",
-            "ipaddressclaims",
-            "ipaddressclasses",
-            "ipaddressallocations",
-            "serviceproxies",
-        )
-    ),
-]
 
 
 @pytest.fixture(scope="module")
 async def ea_crds(kube: Kube) -> AsyncIterator[None]:
-    await apply_all(kube, [doc for path in CRD_FILES for doc in load(path)])
-    await kube.create(NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
-    yield
-    await kube.delete(NODES.path(name=NODE))
-
-
-@contextlib.asynccontextmanager
-async def ea_operator(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, extra_env: Mapping[str, str] | None = None
-) -> AsyncIterator[RunningOperator]:
-    """The operator, authenticated as its own ServiceAccount, authorised by its ClusterRole only."""
-    namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
-    # Everything config/rbac/endpointattachment installs for the operator itself (its ClusterRole,
-    # and the Role on Leases in its namespace for leader election), but the tenants' roles.
-    rbac_dir = "config/rbac/endpointattachment"
-    files = [f for f in load(f"{rbac_dir}/kustomization.yaml")[0]["resources"] if f not in TENANT_ROLES]
-    rbac = [doc for f in files for doc in load(f"{rbac_dir}/{f}")]
-    await apply_all(kube, [namespace_doc, *rbac])
-    kubeconfig = await serviceaccount_kubeconfig(
-        kube,
-        cluster.kubeconfig,
-        OPERATOR_NAMESPACE,
-        "endpointattachment-operator",
-        tmp_path / "op.kubeconfig",
-    )
-    args = [
-        "--repair-interval-seconds=1",
-        "--repair-grace-seconds=2",
-        f"--leader-election-namespace={OPERATOR_NAMESPACE}",
-    ]
-    async with operator_process(
-        "operators.endpointattachment", kubeconfig, args, tmp_path / "operator.log", extra_env
-    ) as running:
-        yield running
-        assert running.process.returncode is None, f"operator died:\n{running.log_tail()}"
-        assert "Traceback" not in running.log_path.read_text(), running.log_tail(200)
+    async with ea_crds_and_node(kube):
+        yield
 
 
 @pytest.fixture
@@ -226,13 +179,6 @@ async def tenant(kube: Kube, namespace: str, ea_crds: None) -> AsyncIterator[Ten
     await world.cleanup()
 
 
-def condition(obj: Obj | None, type_: str) -> tuple[str, str]:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == type_:
-            return c["status"], c["reason"]
-    return "", ""
-
-
 async def wait_attachment(
     kube: Kube,
     namespace: str,
@@ -326,16 +272,6 @@ async def test_minted_attachment_renders_a_mirroring_service_and_becomes_ready(
     await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns)
     assert await rendered(kube, ns, "db-public") is None
     assert await kube.get(ALLOCATIONS.path(name=address)) is None
-
-
-async def reconciles(operator: RunningOperator) -> float:
-    """Passes over attachments so far, whatever their result."""
-    samples = await operator.scrape()
-    return sum(
-        v
-        for (name, labels), v in samples.items()
-        if name == "controller_runtime_reconcile_total" and ("controller", ATTACHMENT_CONTROLLER) in labels
-    )
 
 
 async def _more(operator: RunningOperator, before: float) -> bool:

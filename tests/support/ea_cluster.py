@@ -1,0 +1,178 @@
+"""The EndpointAttachment operator on a test cluster: its CRDs, its own ServiceAccount and RBAC, the
+operator process, and what its integration tests read back (conditions, pass counts).
+
+Shared by ``tests/integration/test_ea_operator.py`` (the design's proofs) and
+``tests/integration/test_ea_resilience.py`` (restarts and broken networks). Decides only what both
+need the same way: the kinds' resources, the operator's namespace and RBAC (exactly what
+``config/rbac/endpointattachment`` gives it, without the tenants' roles), and how it is started.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Final
+
+from hack.devcluster import ClusterInfo
+from shared.kube import NO_ANSWER, NODES, Kube, Obj, Resource
+from tests.support.identity import serviceaccount_kubeconfig
+from tests.support.manifests import apply_all, load
+from tests.support.operators import RunningOperator, operator_process
+
+GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
+ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
+CLAIMS: Final = Resource(GROUP_VERSION, "ipaddressclaims")
+CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
+ALLOCATIONS: Final = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
+PROXIES: Final = Resource(GROUP_VERSION, "serviceproxies", namespaced=False)
+HELMRELEASES: Final = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
+OPERATOR_NAMESPACE: Final = "cozy-endpointattachment"
+OPERATOR_SERVICE_ACCOUNT: Final = "endpointattachment-operator"
+# The Lease the operator's replicas elect a leader through (its settings' default).
+LEADER_ELECTION_ID: Final = "cozystack-endpointattachment-operator"
+RBAC_DIR: Final = "config/rbac/endpointattachment"
+TENANT_ROLES: Final = frozenset({"tenant_roles.yaml"})  # the tenants' roles, not the operator's
+# The controller whose passes the tests count (one of the operator's three).
+ATTACHMENT_CONTROLLER: Final = "endpointattachment"
+# The Node test Pods are bound to (no kubelet runs: tests mark Pods Ready themselves).
+NODE: Final = "ea-it-node"
+CRD_FILES: Final = [
+    "tests/fixtures/helmrelease-crd.yaml",
+    *(
+        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
+        for plural in (
+            "endpointattachments",
+            "ipaddressclaims",
+            "ipaddressclasses",
+            "ipaddressallocations",
+            "serviceproxies",
+        )
+    ),
+]
+# What every test runs the operator with: repair often, and a short grace, so orphans go quickly.
+DEFAULT_ARGS: Final = ("--repair-interval-seconds=1", "--repair-grace-seconds=2")
+TRACEBACK: Final = "Traceback"
+# A log record starts with its time (shared.operator's format); a traceback ends at the next one.
+LOG_RECORD: Final = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
+LOG_RECORD_END: Final = "\0end of log"
+
+
+@contextlib.asynccontextmanager
+async def ea_crds_and_node(kube: Kube) -> AsyncIterator[None]:
+    """The operator's CRDs and Flux's HelmRelease CRD (applied, established), and the test Node."""
+    await apply_all(kube, [doc for path in CRD_FILES for doc in load(path)])
+    await kube.create(NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    try:
+        yield
+    finally:
+        await kube.delete(NODES.path(name=NODE))
+
+
+async def operator_kubeconfig(kube: Kube, cluster: ClusterInfo, path: Path) -> str:
+    """Install the operator's namespace, ServiceAccount and RBAC; write a kubeconfig of its
+    ServiceAccount (a TokenRequest token) at ``path``."""
+    namespace_doc = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": OPERATOR_NAMESPACE}}
+    # Everything config/rbac/endpointattachment installs for the operator itself (its ClusterRole,
+    # and the Role on Leases in its namespace for leader election), but the tenants' roles.
+    files = [f for f in load(f"{RBAC_DIR}/kustomization.yaml")[0]["resources"] if f not in TENANT_ROLES]
+    rbac = [doc for f in files for doc in load(f"{RBAC_DIR}/{f}")]
+    await apply_all(kube, [namespace_doc, *rbac])
+    return await serviceaccount_kubeconfig(
+        kube, cluster.kubeconfig, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, path
+    )
+
+
+@contextlib.asynccontextmanager
+async def ea_operator(
+    kube: Kube,
+    cluster: ClusterInfo,
+    tmp_path: Path,
+    extra_env: Mapping[str, str] | None = None,
+    *,
+    kubeconfig: str | None = None,
+    extra_args: Sequence[str] = (),
+    log_name: str = "operator.log",
+    check_on_exit: Callable[[RunningOperator], None] | None = None,
+) -> AsyncIterator[RunningOperator]:
+    """The operator, authenticated as its own ServiceAccount, authorised by its ClusterRole only.
+
+    ``kubeconfig`` replaces the one made here (one from ``operator_kubeconfig``, possibly pointed
+    at a fault proxy); ``extra_args`` come after the defaults. On a normal exit the process must
+    still be running and its log free of tracebacks (``check_on_exit`` replaces that check)."""
+    if kubeconfig is None:
+        kubeconfig = await operator_kubeconfig(kube, cluster, tmp_path / "op.kubeconfig")
+    args = [*DEFAULT_ARGS, f"--leader-election-namespace={OPERATOR_NAMESPACE}", *extra_args]
+    async with operator_process(
+        "operators.endpointattachment", kubeconfig, args, tmp_path / log_name, extra_env
+    ) as running:
+        yield running
+        (check_on_exit or healthy_to_the_end)(running)
+
+
+def healthy_to_the_end(running: RunningOperator) -> None:
+    """The process still runs, and logged no traceback."""
+    assert running.process.returncode is None, f"operator died:\n{running.log_tail()}"
+    assert TRACEBACK not in running.log_path.read_text(), running.log_tail(200)
+
+
+def alive_and_no_unexpected_traceback(running: RunningOperator) -> None:
+    """The process still runs, and every traceback it logged ends in a call that got no answer (a
+    refused connection, a timeout: ``shared.kube.NO_ANSWER``), as a broken network must cause."""
+    assert running.process.returncode is None, f"operator died:\n{running.log_tail()}"
+    unexpected = unexpected_tracebacks(running.log_path.read_text(), no_answer_names())
+    assert not unexpected, "\n\n".join(unexpected)
+
+
+def no_answer_names() -> frozenset[str]:
+    """How a traceback names each exception of ``NO_ANSWER`` (and their subclasses)."""
+
+    def family(cls: type) -> Iterator[type]:
+        yield cls
+        subclass: type
+        for subclass in cls.__subclasses__():
+            yield from family(subclass)
+
+    return frozenset(
+        cls.__qualname__ if cls.__module__ == "builtins" else f"{cls.__module__}.{cls.__qualname__}"
+        for base in NO_ANSWER
+        for cls in family(base)
+    )
+
+
+def unexpected_tracebacks(log: str, allowed: frozenset[str]) -> list[str]:
+    """Every traceback in ``log`` whose final exception is not one of ``allowed`` (chained causes
+    before it do not matter). A traceback runs from its first line to the next log record."""
+    found: list[str] = []
+    block: list[str] | None = None
+    for line in [*log.splitlines(), LOG_RECORD_END]:
+        if LOG_RECORD.match(line) or line == LOG_RECORD_END:
+            if block is not None:
+                final = next((b for b in reversed(block) if b and not b[0].isspace()), "")
+                if final.split(":", 1)[0] not in allowed:
+                    found.append("\n".join(block))
+            block = None
+        elif line.startswith(TRACEBACK) and block is None:
+            block = [line]
+        elif block is not None:
+            block.append(line)
+    return found
+
+
+def condition(obj: Obj | None, type_: str) -> tuple[str, str]:
+    """(status, reason) of the condition ``type_`` of ``obj``; ("", "") when it has none."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return c["status"], c["reason"]
+    return "", ""
+
+
+async def reconciles(operator: RunningOperator) -> float:
+    """Passes over attachments so far, whatever their result."""
+    samples = await operator.scrape()
+    return sum(
+        v
+        for (name, labels), v in samples.items()
+        if name == "controller_runtime_reconcile_total" and ("controller", ATTACHMENT_CONTROLLER) in labels
+    )
