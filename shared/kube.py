@@ -7,18 +7,31 @@ Also decides how long a call may take: every request has a connect and a read ti
 instance's, by default ``DEFAULT_TIMEOUT``); a watch has its own idle timeout (the longest a read of
 its stream may wait) apart from the server-side ``timeoutSeconds``. A call that gets no answer raises
 one of ``NO_ANSWER``: kr8s's ``APITimeoutError`` for any timeout (a request's, a watch's connect or
-idle timeout), httpx's ``TransportError`` for a refused or broken connection of a request, an
-``OSError`` for one of a watch (``WatchStreamError`` when the stream ends before its last chunk or is
-not HTTP/1.1 as read here).
+idle timeout, a wait for a free pooled connection), httpx's ``TransportError`` for a refused or
+broken connection of a request (its own or kr8s's session's), an ``OSError`` for one of a watch
+(``WatchStreamError`` when the stream ends before its last chunk or is not HTTP/1.1 as read here).
 
-Decides who re-authenticates, and when: every request goes to kr8s with ``raise_for_status=False``
-and its status becomes an ``ApiError`` here. kr8s's own handling of an error status (on a 401 *or* a
-403, re-read the credentials and replace its HTTP session, which cuts every stream open on it) is
-used for a **401 only**, and once per call: the call is sent again through kr8s's checking path,
-which re-reads the credentials (an expired token, an exec plugin's new one), replaces the session
-and retries. A 403 is a refusal (RBAC) with valid credentials, so it is raised at once and resets
-nothing: a read that may be forbidden (the KubeVirt CR) costs one request. A write answered 401 is
-safe to send again: authentication precedes everything else the server does with it.
+Decides how a request is sent: not through kr8s's HTTP session (httpx builds, authenticates, pools
+and times each request at a cost several times the API server's answer) but on a kept-alive HTTP/1.1
+connection of our own, dialled as a watch's is (below): at most ``REQUEST_POOL_SIZE`` of them (and
+requests in flight), one request at a time each, the most recently used taken first; a request
+beyond the bound waits for one (under the pool timeout). An answer is read whole (Content-Length,
+chunked, or delimited by the connection's end); no compression is asked for. A request's read
+timeout is one ``asyncio.timeout`` around it, the connect timeout one around a dial. A kept
+connection the server closed while idle is not used; one that turns out closed before any byte of
+the answer carries a **GET** once more on a new connection, never a write (whether the server acted
+on it is unknown: the caller decides). A request carries the Authorization kr8s's session carries
+(kr8s replaces it when it re-reads the credentials), so a 401 means what it meant through that
+session. Kept connections are dropped whenever credentials are re-read.
+
+Decides who re-authenticates, and when: every answer's status becomes an ``ApiError`` here. kr8s's
+own handling of an error status (on a 401 *or* a 403, re-read the credentials and replace its HTTP
+session, which cuts every stream open on it) is used for a **401 only**, and once per call: the call
+is sent again through kr8s's checking path (httpx: a 401 is rare), which re-reads the credentials
+(an expired token, an exec plugin's new one), replaces the session and retries. A 403 is a refusal
+(RBAC) with valid credentials, so it is raised at once and resets nothing: a read that may be
+forbidden (the KubeVirt CR) costs one request. A write answered 401 is safe to send again:
+authentication precedes everything else the server does with it.
 
 Decides how a watch is read: not through kr8s's HTTP session (httpx streams a watch at several
 reads and per-read timeout scopes per event) but over a connection of its own: one HTTP/1.1 request
@@ -27,13 +40,14 @@ token, TLS server name), the chunked body taken in large reads (``WATCH_READ_BYT
 the newline byte, and the idle timeout kept by one watchdog timer per watch (``_IdleWatchdog``), not a
 timeout scope per read. A watch answered 401 has kr8s re-read the credentials
 (``auth.reauthenticate``) and dials once more. A kubeconfig naming a ``proxy-url`` (and an Api that
-is not kr8s's, as in tests) streams through kr8s's session instead, with the same line splitting.
+is not kr8s's, as in tests) streams through kr8s's session instead, with the same line splitting;
+requests then go through that session too.
 
-Does not: cache, retry (but the one 401 retry), or interpret objects; load credentials (kubeconfig,
-exec plugins, in-cluster ServiceAccount tokens are kr8s's: everything here is a few lines over
-``kr8s.asyncio.Api.call_api`` and ``api.auth``, so that objects stay plain dicts the pure cores can
-read); follow redirects or speak HTTP/2 on a watch (the API server answers a watch itself, over
-HTTP/1.1 when asked to).
+Does not: cache, retry (but the one 401 retry, and a GET's one resend on a kept connection found
+closed), or interpret objects; load credentials (kubeconfig, exec plugins, in-cluster ServiceAccount
+tokens are kr8s's: everything here reads ``api.auth`` or goes through ``kr8s.asyncio.Api.call_api``,
+so that objects stay plain dicts the pure cores can read); follow redirects, pipeline requests, or
+speak HTTP/2 on its own connections (the API server answers itself, over HTTP/1.1 when asked to).
 """
 
 from __future__ import annotations
@@ -77,9 +91,17 @@ WATCH_IDLE_GRACE_SECONDS: Final = 10.0
 # One read of a watch stream takes up to this much: what TLS has decrypted by then (asyncio's TLS
 # layer hands over up to 256 KiB at a time), so a burst of events costs one read, not one per event.
 WATCH_READ_BYTES: Final = 262_144
-# The watch connection's buffer limit: asyncio pauses the socket at twice this unread, and it bounds
-# the response head (status line and headers, well under a kilobyte from the API server).
-WATCH_BUFFER_LIMIT: Final = WATCH_READ_BYTES
+# A connection's buffer limit (a watch's or a request's): asyncio pauses the socket at twice this
+# unread, and it bounds the response head (status line and headers, well under a kilobyte from the
+# API server).
+CONNECTION_BUFFER_LIMIT: Final = WATCH_READ_BYTES
+# One read of a chunked answer to a request takes up to this much, as a watch's: a LIST page of a few
+# megabytes comes in a few dozen reads, not one per chunk.
+REQUEST_READ_BYTES: Final = WATCH_READ_BYTES
+# Requests in flight (and connections kept) at once: the operators' workers and informers LIST and
+# write a few at a time, and the API server's per-client fairness gains nothing from more; a burst
+# beyond this waits for a connection (httpx's pool timeout) rather than opening more.
+REQUEST_POOL_SIZE: Final = 16
 # An error answer to a watch is one Status object (a few hundred bytes); more is not read.
 WATCH_ERROR_BODY_BYTES: Final = 65_536
 # A chunk-size line is a few hex digits; one this long without its CRLF is not HTTP.
@@ -87,8 +109,8 @@ CHUNK_SIZE_LINE_BYTES: Final = 1_024
 # How often a watch is dialled for one call: once, and once more after a 401 made kr8s re-read the
 # credentials (a second 401 is an answer: the new credentials are not valid either).
 WATCH_DIAL_ATTEMPTS: Final = 2
-# Sent on each watch request, so the API server's audit log tells these connections from kr8s's.
-WATCH_USER_AGENT: Final = "cozystack-operators/shared.kube"
+# Sent on each request of our own connections, so the API server's audit log tells them from kr8s's.
+USER_AGENT: Final = "cozystack-operators/shared.kube"
 # An error answer that is not a Status object (a proxy's HTML page, say) is quoted up to this much.
 ERROR_TEXT_CHARS: Final = 500
 UNAUTHORIZED: Final = 401  # the credentials are not (or no longer) valid: worth re-reading them once
@@ -161,24 +183,27 @@ class Lines:
         return lines
 
 
-class ChunkedLines(Lines):
-    """An HTTP/1.1 chunked body in (as read from the connection), its complete lines out.
+class _Chunks:
+    """HTTP/1.1 chunked framing in (as read from the connection), the chunks' data out.
 
     Each chunk is a hex size line, CRLF, that many bytes, CRLF; a zero-size chunk ends the body
-    (``done``; what follows it, trailers, is not read). A size line, a chunk, or the CRLF after it may
-    be split across reads anywhere. Chunk extensions (``;name=value`` after the size) are ignored."""
+    (``done``; what came after its size line in that read is kept as ``trailer``, for a reader that
+    must take the trailer section off a connection it keeps). A size line, a chunk, or the CRLF after
+    it may be split across reads anywhere. Chunk extensions (``;name=value`` after the size) are
+    ignored."""
 
-    __slots__ = ("_head", "_left", "done")
+    __slots__ = ("_head", "_left", "done", "trailer")
 
     def __init__(self) -> None:
-        super().__init__()
         self._head = b""  # the start of a size line whose CRLF has not come yet
         self._left = 0  # bytes still to come of the current chunk: its data, then its 2-byte CRLF
         self.done = False  # the zero-size chunk came
+        self.trailer = b""  # what followed the zero-size chunk's size line, in the read that ended it
 
-    def feed(self, data: bytes) -> list[bytes]:
+    def feed(self, data: bytes) -> bytes:
+        """The chunk data ``data`` carries (nothing once ``done``)."""
         if self.done:
-            return []
+            return b""
         if self._head:
             data = self._head + data
             self._head = b""
@@ -211,12 +236,35 @@ class ChunkedLines(Lines):
             pos = eol + 2
             if not size:
                 self.done = True
+                self.trailer = data[pos:]
                 break
             left = size + 2
         self._left = left
-        if not payload:
-            return []
-        return self._split(payload[0] if len(payload) == 1 else b"".join(payload))
+        if len(payload) == 1:
+            return payload[0]
+        return b"".join(payload)
+
+
+class ChunkedLines(Lines):
+    """An HTTP/1.1 chunked body in (as read from the connection), its complete lines out.
+
+    The framing is ``_Chunks``'s; a zero-size chunk ends the body (``done``; what follows it,
+    trailers, is not read)."""
+
+    __slots__ = ("_chunks",)
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._chunks = _Chunks()
+
+    @property
+    def done(self) -> bool:
+        """The zero-size chunk came."""
+        return self._chunks.done
+
+    def feed(self, data: bytes) -> list[bytes]:
+        payload = self._chunks.feed(data)
+        return self._split(payload) if payload else []
 
 
 def _chunk_size(line: bytes) -> int:
@@ -224,6 +272,21 @@ def _chunk_size(line: bytes) -> int:
     if not digits or digits.strip(b"0123456789abcdefABCDEF"):
         raise WatchStreamError(f"chunked body: {line[:40]!r} is not a chunk size")
     return int(digits, 16)
+
+
+def _parse_head(head: bytes, what: str) -> tuple[bytes, int, str, dict[bytes, bytes]]:
+    """A response head (through its blank line) as version, status, reason phrase, headers (names
+    lower-cased; a repeated header keeps its last value)."""
+    status_line, *header_lines = head[:-4].split(b"\r\n")
+    version, _, rest = status_line.partition(b" ")
+    code, _, phrase = rest.partition(b" ")
+    if not version.startswith(b"HTTP/1.") or not code.isdigit():
+        raise WatchStreamError(f"{what}: {status_line[:80]!r} is not an HTTP/1.1 status line")
+    headers: dict[bytes, bytes] = {}
+    for header in header_lines:
+        name, _, value = header.partition(b":")
+        headers[name.strip().lower()] = value.strip()
+    return version, int(code), phrase.decode("latin-1"), headers
 
 
 class _IdleWatchdog:
@@ -306,15 +369,7 @@ class _WatchConnection:
             raise WatchStreamError("watch: a response head longer than the buffer") from None
         if not head.endswith(b"\r\n\r\n"):
             raise WatchStreamError("watch: the connection closed before a whole response head came")
-        status_line, *header_lines = head[:-4].split(b"\r\n")
-        version, _, rest = status_line.partition(b" ")
-        code, _, phrase = rest.partition(b" ")
-        if not version.startswith(b"HTTP/1.") or not code.isdigit():
-            raise WatchStreamError(f"watch: {status_line[:80]!r} is not an HTTP/1.1 status line")
-        self.status, self.reason_phrase = int(code), phrase.decode("latin-1")
-        for header in header_lines:
-            name, _, value = header.partition(b":")
-            self.headers[name.strip().lower()] = value.strip()
+        _, self.status, self.reason_phrase, self.headers = _parse_head(head, "watch")
 
     async def batches(self) -> AsyncGenerator[LineBatch]:
         """The body's lines, a batch per read; the last one the body did not end with a newline."""
@@ -354,6 +409,126 @@ class _WatchConnection:
         return error_of(self.status, self.reason_phrase, b"\n".join(parts))
 
 
+@dataclass(frozen=True, slots=True)
+class _Server:
+    """The API server as kr8s's credentials name it, as dialled here: address, TLS, request prefix."""
+
+    host: str
+    port: int
+    tls: ssl.SSLContext | None
+    sni: str | None
+    host_header: str  # the Host header: the URL's host[:port]
+    base_path: str  # a path prefix the server URL carries ("" for most)
+
+
+class _DeadConnection(ConnectionError):
+    """A kept connection ended before any byte of the answer to a request sent on it."""
+
+
+@dataclass(slots=True)
+class _Answer:
+    status: int
+    phrase: str
+    content: bytes
+    keep: bool  # the connection may carry another request
+
+
+class _PooledConnection:
+    """One kept-alive HTTP/1.1 connection of ``_Pool``: one request on it at a time."""
+
+    __slots__ = ("generation", "reader", "server", "transport", "writer")
+
+    def __init__(
+        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: _Server, generation: int
+    ) -> None:
+        self.reader, self.writer, self.server, self.generation = reader, writer, server, generation
+        self.transport = writer.transport
+
+    def usable(self, generation: int) -> bool:
+        """Dialled with today's credentials, and the server has not closed it while it was idle."""
+        return self.generation == generation and not self.reader.at_eof() and not self.transport.is_closing()
+
+    def close(self) -> None:
+        """At once, as a watch's: no TLS close_notify is waited for."""
+        self.transport.abort()
+
+    async def exchange(self, request: bytes, method: str) -> _Answer:
+        """Send ``request`` (head and body), read the whole answer. ``_DeadConnection`` when the
+        connection ends before any byte of it came; ``WatchStreamError`` when it ends within it."""
+        reader = self.reader
+        self.writer.write(request)
+        while True:
+            try:
+                head = await reader.readuntil(b"\r\n\r\n")
+            except asyncio.IncompleteReadError as error:
+                if not error.partial:
+                    raise _DeadConnection("the connection closed before an answer came") from None
+                raise WatchStreamError("request: the connection closed within a response head") from None
+            except asyncio.LimitOverrunError:
+                raise WatchStreamError("request: a response head longer than the buffer") from None
+            except (ConnectionResetError, BrokenPipeError) as error:
+                raise _DeadConnection(f"the connection broke before an answer came: {error}") from None
+            version, status, phrase, headers = _parse_head(head, "request")
+            if status >= 200:  # an interim answer (1xx) is followed by the real one
+                break
+        keep = version == b"HTTP/1.1" and b"close" not in headers.get(b"connection", b"").lower()
+        encoding = headers.get(b"transfer-encoding")
+        length = headers.get(b"content-length")
+        if method == "HEAD" or status in (204, 304):
+            content = b""
+        elif encoding is not None and b"chunked" in encoding.lower():
+            content, clean = await self._chunked()
+            keep = keep and clean
+        elif length is not None:
+            if not length.isdigit():
+                raise WatchStreamError(f"request: {length[:40]!r} is not a Content-Length")
+            try:
+                content = await reader.readexactly(int(length))
+            except asyncio.IncompleteReadError:
+                raise WatchStreamError("request: the connection closed within a response body") from None
+        else:  # a body delimited by the connection's end
+            content, keep = await reader.read(), False
+        return _Answer(status, phrase, content, keep)
+
+    async def _chunked(self) -> tuple[bytes, bool]:
+        """A chunked body, and whether the connection ended cleanly after it (its trailer section
+        read through its blank line, nothing after it)."""
+        chunks, parts, read = _Chunks(), [], self.reader.read
+        while not chunks.done:
+            data = await read(REQUEST_READ_BYTES)
+            if not data:
+                raise WatchStreamError("request: the connection closed before the last chunk")
+            payload = chunks.feed(data)
+            if payload:
+                parts.append(payload)
+        rest = chunks.trailer
+        while not rest.startswith(b"\r\n") and b"\r\n\r\n" not in rest:
+            if len(rest) > WATCH_ERROR_BODY_BYTES:
+                raise WatchStreamError("request: a trailer section with no end")
+            data = await read(REQUEST_READ_BYTES)
+            if not data:
+                raise WatchStreamError("request: the connection closed within the trailer section")
+            rest += data
+        end = 2 if rest.startswith(b"\r\n") else rest.index(b"\r\n\r\n") + 4
+        return b"".join(parts), len(rest) == end
+
+
+class _Pool:
+    """Kept-alive connections to the API server for requests: at most ``size`` open (and requests
+    in flight); a request finding none idle dials one while under the bound, or waits for one."""
+
+    __slots__ = ("idle", "loop", "slots")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, size: int) -> None:
+        self.loop = loop  # connections belong to one event loop: another loop gets a pool of its own
+        self.idle: list[_PooledConnection] = []  # most recently used last: it is taken first
+        self.slots = asyncio.Semaphore(size)
+
+    def clear(self) -> None:
+        while self.idle:
+            self.idle.pop().close()
+
+
 @dataclass(frozen=True)
 class Resource:
     """One kind's REST coordinates: ``Resource("apps/v1", "deployments")``."""
@@ -389,7 +564,8 @@ CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebin
 
 
 class Kube:
-    """Plain-JSON verbs over one authenticated kr8s session (watches over connections of their own)."""
+    """Plain-JSON verbs with kr8s's credentials, over connections of their own (kept ones for requests,
+    one per watch), or kr8s's session where those cannot serve (a proxy-url, an Api not kr8s's)."""
 
     def __init__(
         self,
@@ -403,9 +579,12 @@ class Kube:
         self.tracer = tracer
         # Per request, never on kr8s's session: kr8s shares one Api (and session) between callers.
         self.timeout = timeout or DEFAULT_TIMEOUT
-        # The watches' TLS context, for the credential files it was built from (kr8s writes new
-        # files when it re-reads inline credentials); dropped whenever credentials are re-read.
+        # The TLS context of our own connections, for the credential files it was built from (kr8s
+        # writes new files when it re-reads inline credentials); dropped whenever credentials are re-read.
         self._tls: tuple[tuple[str, str, str], ssl.SSLContext] | None = None
+        # Which credentials the kept connections were dialled with: a re-read makes them all stale.
+        self._generation = 0
+        self._pool: _Pool | None = None  # requests' kept connections (made on the first request)
 
     @classmethod
     async def connect(
@@ -449,27 +628,152 @@ class Kube:
     async def _send(
         self, method: str, path: str, body: Any, params: Mapping[str, str] | None, content_type: str
     ) -> Obj:
-        base, _, rest = path.lstrip("/").partition("/")
-        kwargs: dict[str, Any] = {"params": dict(params or {}), "timeout": self.timeout}
-        if body is not None:
-            kwargs["content"] = json.dumps(body)
-            kwargs["headers"] = {"Content-Type": content_type}
-        call = self.api.call_api
-        async with call(
-            method, version="", base=f"/{base}", url=rest, raise_for_status=False, **kwargs
-        ) as answer:
-            status, phrase, content = answer.status_code, answer.reason_phrase, answer.content
+        auth = getattr(self.api, "auth", None)
+        if auth is None or auth.proxy:  # as a watch: kr8s's session speaks the proxy
+            status, phrase, content = await self._call(method, path, body, params, content_type, False)
+        else:
+            payload = None if body is None else json.dumps(body).encode()
+            status, phrase, content = await self._request_direct(
+                auth, method, path, payload, params, content_type
+            )
         if status == UNAUTHORIZED:
             # kr8s's checking path: it re-reads the credentials, replaces its session and retries.
-            self._tls = None
+            self._credentials_changed()
             try:
-                async with call(method, version="", base=f"/{base}", url=rest, **kwargs) as answer:
-                    status, phrase, content = answer.status_code, answer.reason_phrase, answer.content
+                status, phrase, content = await self._call(method, path, body, params, content_type, True)
             except kr8s.ServerError as error:
                 raise _api_error(error) from None
         if not 200 <= status < 300:
             raise error_of(status, phrase, content)
         return json.loads(content) if content else {}
+
+    async def _call(
+        self,
+        method: str,
+        path: str,
+        body: Any,
+        params: Mapping[str, str] | None,
+        content_type: str,
+        check: bool,
+    ) -> tuple[int, str, bytes]:
+        """One request through kr8s's session; ``check``: its checking (re-authenticating) path."""
+        base, _, rest = path.lstrip("/").partition("/")
+        kwargs: dict[str, Any] = {"params": dict(params or {}), "timeout": self.timeout}
+        if body is not None:
+            kwargs["content"] = json.dumps(body)
+            kwargs["headers"] = {"Content-Type": content_type}
+        if not check:
+            kwargs["raise_for_status"] = False
+        async with self.api.call_api(method, version="", base=f"/{base}", url=rest, **kwargs) as answer:
+            return answer.status_code, answer.reason_phrase, answer.content
+
+    async def _request_direct(
+        self,
+        auth: Any,
+        method: str,
+        path: str,
+        payload: bytes | None,
+        params: Mapping[str, str] | None,
+        content_type: str,
+    ) -> tuple[int, str, bytes]:
+        """One request on a kept connection of ``_Pool`` (see the module docstring)."""
+        loop = asyncio.get_running_loop()
+        pool = self._pool
+        if pool is None or pool.loop is not loop:
+            pool = self._pool = _Pool(loop, REQUEST_POOL_SIZE)
+        slots = pool.slots
+        if slots.locked():
+            try:
+                async with asyncio.timeout(self.timeout.pool):
+                    await slots.acquire()
+            except TimeoutError:
+                raise kr8s.APITimeoutError("no connection to the API server free in time") from None
+        else:
+            await slots.acquire()  # free: returns at once
+        try:
+            async with asyncio.timeout(self.timeout.read):
+                answer = await self._exchange(auth, pool, method, path, payload, params, content_type)
+        except TimeoutError:
+            raise kr8s.APITimeoutError(f"no answer to {method} {path} in time") from None
+        finally:
+            slots.release()
+        return answer.status, answer.phrase, answer.content
+
+    async def _exchange(
+        self,
+        auth: Any,
+        pool: _Pool,
+        method: str,
+        path: str,
+        payload: bytes | None,
+        params: Mapping[str, str] | None,
+        content_type: str,
+    ) -> _Answer:
+        """Send on an idle connection (or a new one); a GET once more on a new connection when a kept
+        one turns out closed before any byte of the answer. A write is never sent twice."""
+        target = f"{path}?{urlencode(params)}" if params else path
+        # What kr8s's session sends (kr8s replaces it when it re-reads the credentials), so that a
+        # request authenticates as it did through that session; without one, kr8s's token.
+        session = getattr(self.api, "_session", None)
+        authorization = session.headers.get("authorization") if session is not None else None
+        if authorization is None and auth.token:
+            authorization = f"Bearer {auth.token}"
+        idle, generation = pool.idle, self._generation
+        may_retry = method == "GET"
+        while True:
+            connection = None
+            while idle:
+                candidate = idle.pop()
+                if candidate.usable(generation):
+                    connection = candidate
+                    break
+                candidate.close()
+            kept = connection is not None
+            if connection is None:
+                try:
+                    server = await self._server(auth)
+                    reader, writer = await self._open(auth, server)
+                except TimeoutError:
+                    raise
+                except OSError as error:  # as through kr8s's session: httpx's TransportError
+                    raise httpx.ConnectError(f"{method} {path}: {error}") from error
+                connection = _PooledConnection(reader, writer, server, generation)
+            server = connection.server
+            head = _request_head(server, method, target, authorization, "keep-alive")
+            if payload is not None:
+                head += f"Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n"
+            request = (head + "\r\n").encode("latin-1")
+            if payload is not None:
+                request += payload
+            try:
+                answer = await connection.exchange(request, method)
+            except _DeadConnection as error:
+                connection.close()
+                if kept and may_retry:
+                    may_retry = False
+                    continue
+                raise httpx.RemoteProtocolError(f"{method} {path}: {error}") from None
+            except TimeoutError:
+                connection.close()
+                raise
+            except OSError as error:  # broken within an answer, or not HTTP/1.1 as read here
+                connection.close()
+                raise httpx.RemoteProtocolError(f"{method} {path}: {error}") from error
+            except BaseException:
+                connection.close()  # cancelled or broken within an answer: not reusable
+                raise
+            if answer.keep:
+                idle.append(connection)
+            else:
+                connection.close()
+            return answer
+
+    def _credentials_changed(self) -> None:
+        """kr8s re-reads (or is about to re-read) the credentials: rebuild TLS, dial afresh."""
+        self._tls = None
+        self._generation += 1
+        if self._pool is not None:
+            self._pool.clear()
 
     async def get(self, path: str) -> Obj | None:
         """The object, or None when it (or its whole kind) is not there."""
@@ -608,7 +912,7 @@ class Kube:
                     connection.close()
             if error.status != UNAUTHORIZED or attempt == WATCH_DIAL_ATTEMPTS:
                 raise error
-            self._tls = None
+            self._credentials_changed()
             await auth.reauthenticate()
         try:
             async with contextlib.aclosing(connection.batches()) as batches:
@@ -619,32 +923,41 @@ class Kube:
 
     async def _dial(self, auth: Any, path: str, params: Mapping[str, str], idle: float) -> _WatchConnection:
         """Connect (TCP, TLS with ALPN http/1.1) and send the watch request."""
+        server = await self._server(auth)
+        authorization = f"Bearer {auth.token}" if auth.token else None
+        head = _request_head(server, "GET", f"{path}?{urlencode(params)}", authorization, "close")
+        reader, writer = await self._open(auth, server)
+        connection = _WatchConnection(reader, writer, idle)
+        writer.write((head + "\r\n").encode("latin-1"))
+        return connection
+
+    async def _server(self, auth: Any) -> _Server:
+        """Where (and how) to dial the API server kr8s's credentials name."""
         server = urlsplit(auth.server)
         tls = await self._tls_context(auth) if server.scheme == "https" else None
         host = server.hostname
         if not host:  # kr8s is re-reading the credentials this moment, or they name no server
-            raise WatchStreamError(f"watch: no API server address in {auth.server!r}")
+            raise WatchStreamError(f"no API server address in {auth.server!r}")
         port = server.port or (443 if tls is not None else 80)
         sni = (auth.tls_server_name or host) if tls is not None else None
-        target = f"{server.path.rstrip('/')}{path}?{urlencode(params)}"
-        head = [f"GET {target} HTTP/1.1", f"Host: {server.netloc.rpartition('@')[2]}"]
-        head += ["Accept: application/json", f"User-Agent: {WATCH_USER_AGENT}", "Connection: close"]
-        if auth.token:
-            head.append(f"Authorization: Bearer {auth.token}")
-        request = ("\r\n".join(head) + "\r\n\r\n").encode("latin-1")
+        return _Server(host, port, tls, sni, server.netloc.rpartition("@")[2], server.path.rstrip("/"))
+
+    async def _open(self, auth: Any, server: _Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
+        """A connection of our own (a watch's or a request's), under the connect timeout."""
         try:
             async with asyncio.timeout(self.timeout.connect):
-                reader, writer = await asyncio.open_connection(
-                    host, port, ssl=tls, server_hostname=sni, limit=WATCH_BUFFER_LIMIT
+                return await asyncio.open_connection(
+                    server.host,
+                    server.port,
+                    ssl=server.tls,
+                    server_hostname=server.sni,
+                    limit=CONNECTION_BUFFER_LIMIT,
                 )
         except TimeoutError:
-            raise kr8s.APITimeoutError(f"watch: no connection to {auth.server} in time") from None
+            raise kr8s.APITimeoutError(f"no connection to {auth.server} in time") from None
         except ssl.SSLCertVerificationError:
-            self._tls = None  # built from credentials since replaced, perhaps: the next dial rebuilds
+            self._credentials_changed()  # built from credentials since replaced, perhaps: rebuild
             raise
-        connection = _WatchConnection(reader, writer, idle)
-        writer.write(request)
-        return connection
 
     async def _tls_context(self, auth: Any) -> ssl.SSLContext:
         """kr8s's own TLS context for these credentials (CA, client certificate), for HTTP/1.1."""
@@ -677,7 +990,7 @@ class Kube:
                     "GET", version="", base=f"/{base}", url=rest, raise_for_status=check, **kwargs
                 ) as answer:
                     if answer.status_code == UNAUTHORIZED and not check:
-                        self._tls = None
+                        self._credentials_changed()
                         continue
                     if not answer.is_success:
                         await answer.aread()
@@ -693,6 +1006,19 @@ class Kube:
                     return
         except kr8s.ServerError as error:
             raise _api_error(error) from None
+
+
+def _request_head(
+    server: _Server, method: str, target: str, authorization: str | None, connection: str
+) -> str:
+    """A request's head lines, each ending in CRLF, without the blank line (body headers follow)."""
+    head = (
+        f"{method} {server.base_path}{target} HTTP/1.1\r\nHost: {server.host_header}\r\n"
+        f"Accept: application/json\r\nUser-Agent: {USER_AGENT}\r\nConnection: {connection}\r\n"
+    )
+    if authorization:
+        head += f"Authorization: {authorization}\r\n"
+    return head
 
 
 def _resource_of(path: str) -> str:
