@@ -1,10 +1,11 @@
 """The GPUClass benchmark: ``python -m bench gpuclass`` (or ``python -m bench.gpuclass``).
 
-Two scenarios, one table. *pure*: the pure core in process on 5,000 nodes and 150,000 pods (a full
+Three scenarios, one table. *pure*: the pure core in process on 5,000 nodes and 150,000 pods (a full
 pass, one pod event, the aggregates' memory) against a naive recomputation and ``json.loads``.
 *live*: the operator as a subprocess on the local control plane under GPU pod churn (convergence
-after the last change, status writes while nothing changes). Targets live here, never in tests;
-the exit status is 1 when a figure misses its target.
+after the last change, status writes while nothing changes). *coldstart*: the operator's start on a
+control plane holding 5,000 Nodes and 50,000 Pods, against a plain LIST of them. Targets live here,
+never in tests; the exit status is 1 when a figure misses its target.
 """
 
 from __future__ import annotations
@@ -13,15 +14,16 @@ import argparse
 import sys
 import time
 from collections.abc import Sequence
+from pathlib import Path
 
-from bench.gpuclass import live, pure
+from bench.gpuclass import coldstart, live, pure
 from bench.gpuclass.report import Row, render
 from bench.gpuclass.world import WorldSpec
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench gpuclass", description=__doc__)
-    parser.add_argument("--scenario", choices=("all", "pure", "live"), default="all")
+    parser.add_argument("--scenario", choices=("all", "pure", "live", "coldstart"), default="all")
     parser.add_argument("--pass-runs", type=int, default=50, help="passes timed (median)")
     parser.add_argument("--naive-runs", type=int, default=3, help="naive passes timed (median)")
     parser.add_argument("--event-pods", type=int, default=4_000, help="pods drawn for events (two each)")
@@ -35,6 +37,23 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--concurrency", type=int, default=16, help="live: API calls in flight")
     parser.add_argument(
         "--quiet-seconds", type=float, default=60.0, help="live: time without changes to count writes over"
+    )
+    parser.add_argument("--cold-nodes", type=int, default=coldstart.COLD_NODES, help="coldstart: Nodes")
+    parser.add_argument("--cold-pods", type=int, default=coldstart.COLD_PODS, help="coldstart: Pods")
+    parser.add_argument(
+        "--cold-gpu-pods", type=int, default=coldstart.COLD_GPU_PODS, help="coldstart: of them GPU VMs"
+    )
+    parser.add_argument(
+        "--cold-concurrency",
+        type=int,
+        default=coldstart.COLD_CONCURRENCY,
+        help="coldstart: creates in flight",
+    )
+    parser.add_argument(
+        "--cold-runs", type=int, default=coldstart.COLD_RUNS, help="coldstart: baseline/start turns (median)"
+    )
+    parser.add_argument(
+        "--cold-profile", type=Path, default=None, help="coldstart: one more start under cProfile, saved here"
     )
     args = parser.parse_args(argv)
 
@@ -68,6 +87,20 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         rows += live_result.rows
         notes += live_result.notes
+    if args.scenario in ("all", "coldstart"):
+        cold_result = coldstart.run(
+            coldstart.ColdOptions(
+                nodes=args.cold_nodes,
+                pods=args.cold_pods,
+                gpu_pods=args.cold_gpu_pods,
+                concurrency=args.cold_concurrency,
+                runs=args.cold_runs,
+                profile=args.cold_profile,
+            ),
+            say,
+        )
+        rows += cold_result.rows
+        notes += cold_result.notes
     missed = [row.figure.strip() for row in rows if row.met is False]
     notes.append(
         f"{len(missed)} of {sum(r.met is not None for r in rows)} targets missed"

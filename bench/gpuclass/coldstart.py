@@ -1,0 +1,510 @@
+"""Scenario 3: the operator's cold start on a large cluster, against a plain LIST of the same objects.
+
+The benchmark fills a fresh local control plane with the synthetic world of ``world.py`` at
+``COLD_NODES`` Nodes and ``COLD_PODS`` Pods (created concurrently, as fast as the API answers; Nodes
+with their kubelet's status, Pods bound as the generator placed them, finished ones patched to their
+phase; a running pod is left Pending, which holds its resources the same), the GPUClass and KubeVirt
+CRDs, the KubeVirt CR and the classes. Then, in turns:
+
+* **baseline**: a plain paged LIST of the same Nodes and Pods (every Node; Pods with the operator's
+  field selector; the operator's page size; both kinds at once, as the operator's informers list
+  them), each page parsed by the same client (``shared.kube``) and dropped;
+* **operator**: every class's status cleared, then the operator process started; the time from its
+  spawn until a poll of the API first shows every class's ``freeUnits`` equal to what the pure
+  ``decide`` computes from the same Nodes, Pods, classes and KubeVirt CR as listed from the API.
+
+Each turn's ratio operator ÷ baseline is taken (the machine's load drifts between turns, less within
+one), and the median turn's has the target ``TARGET_RATIO``: an operator that only lists, folds and
+decides once should cost little more than the listing itself. The baseline runs in a fresh process
+as the operator does (``plainlist``). The operator's log dates its steps (started, caches synced,
+leading), shown as context with both processes' CPU; with ``profile`` one more start runs under
+cProfile and its top functions are printed.
+
+Decides: the cold-start figures, their target and the shape of the filled cluster. Does not: change
+the world's generator, or measure the operator under churn (``live``) or in process (``pure``).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import json
+import os
+import pstats
+import shutil
+import signal
+import statistics
+import sys
+import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+from typing import Any, Final, TypeVar
+
+from bench.gpuclass.plainlist import COMMAND, PAGE_SIZE, pages
+from bench.gpuclass.report import Row, seconds, times
+from bench.gpuclass.world import World, WorldSpec, build_world
+from hack.devcluster import ClusterInfo, LocalControlPlane
+from operators.gpuclass.controller import GPUCLASSES, POD_FIELD_SELECTOR
+from operators.gpuclass.decide import decide
+from operators.gpuclass.inventory import Inventory
+from operators.gpuclass.kubevirt import Found
+from shared.kube import NAMESPACES, NO_ANSWER, NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj
+from tests.support.manifests import ROOT, apply_all, load
+from tests.support.waiting import wait_for_object
+
+T = TypeVar("T")
+
+COLD_NODES: Final = 5_000
+COLD_PODS: Final = 50_000
+COLD_GPU_PODS: Final = 20_000  # as many GPU VMs as the pure world has; the rest cpu/memory only
+# Creates in flight while filling: under the client's keep-alive pool (httpx keeps 20 connections),
+# since every request beyond it pays a TLS handshake on both sides, which slows the fill down.
+COLD_CONCURRENCY: Final = 16
+# The longest a start may take to the first correct status (the LIST alone takes tens of seconds).
+START_TIMEOUT_SECONDS: Final = 600.0
+# The longest a new namespace may wait for its default ServiceAccount (the controller makes it).
+SERVICE_ACCOUNT_TIMEOUT_SECONDS: Final = 120.0
+# Turns of (baseline LIST, operator start); the median turn's ratio is the figure.
+COLD_RUNS: Final = 3
+TARGET_RATIO: Final = 2.0
+KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
+LEASE_NAMESPACE: Final = "default"
+POLL_SECONDS: Final = 0.05  # the poll interval while waiting for the first correct status
+# A create or patch that got no answer, or a 429/5xx, is tried again this many times in all...
+CREATE_ATTEMPTS: Final = 5
+# ...after this pause (doubling): a flood of creates may meet the API server's in-flight limit.
+RETRY_PAUSE_SECONDS: Final = 0.5
+HTTP_CONFLICT: Final = 409
+STOP_SECONDS: Final = 30.0  # a stopped operator (and its profile dump) gets this long to exit
+LOG_TAIL_LINES: Final = 40  # of the operator's log, shown when a start fails
+PROFILE_LINES: Final = 25  # functions shown from the profile, by own time and by cumulative time
+# The operator's log lines start with ``%(asctime)s``: local time, milliseconds after a comma.
+LOG_TIME_FORMAT: Final = "%Y-%m-%d %H:%M:%S,%f"
+LOG_TIME_LENGTH: Final = len("2025-03-01 10:00:00,000")
+# The steps of a start the operator logs, as (row label, text of the log line).
+LOG_STEPS: Final = (
+    ("kopf started (interpreter, imports)", "kopf.activities.startup"),
+    ("caches synced", "caches synced:"),
+    ("leading", "leading: starting controllers"),
+)
+
+
+@dataclass(frozen=True)
+class ColdOptions:
+    nodes: int = COLD_NODES
+    pods: int = COLD_PODS
+    gpu_pods: int = COLD_GPU_PODS
+    concurrency: int = COLD_CONCURRENCY
+    runs: int = COLD_RUNS
+    timeout: float = START_TIMEOUT_SECONDS
+    profile: Path | None = None
+
+
+@dataclass(frozen=True)
+class ColdResult:
+    rows: list[Row]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class Start:
+    """One operator start: seconds from spawn to the first correct status, to each logged step, and
+    the CPU the process used until that status showed."""
+
+    seconds: float
+    steps: dict[str, float]
+    cpu_seconds: float
+
+
+def run(options: ColdOptions, say: Callable[[str], None]) -> ColdResult:
+    say("coldstart: starting the local control plane")
+    control_plane = LocalControlPlane()
+    with control_plane as cluster:
+        try:
+            result = asyncio.run(_run(options, cluster, control_plane.dir, say))
+        except BaseException:
+            say(f"coldstart: failed; the control plane's files and operator logs stay in {control_plane.dir}")
+            raise
+    shutil.rmtree(control_plane.dir, ignore_errors=True)
+    return result
+
+
+async def _run(
+    options: ColdOptions, cluster: ClusterInfo, workdir: Path, say: Callable[[str], None]
+) -> ColdResult:
+    kube = await Kube.connect(cluster.kubeconfig)
+    spec = WorldSpec(
+        nodes=options.nodes, gpu_nodes=options.nodes // 5, pods=options.pods, gpu_pods=options.gpu_pods
+    )
+    world = build_world(spec)
+    started = time.perf_counter()
+    await _install(kube, world)
+    say(f"coldstart: creating {len(world.nodes):,} nodes")
+    nodes = await _pool(options.concurrency, world.nodes, lambda node: _create_node(kube, node))
+    say(f"coldstart: creating {options.pods:,} pods")
+    pods = await _pool(options.concurrency, world.pods(), lambda pod: _create_pod(kube, pod))
+    for gpu_class in world.classes:  # oldest first: the first class of each name owns it
+        await kube.create(
+            GPUCLASSES.path(), {**gpu_class, "metadata": {"name": gpu_class["metadata"]["name"]}}
+        )
+    fill_seconds = time.perf_counter() - started
+    say(f"coldstart: filled in {fill_seconds:.0f}s ({(nodes + pods) / fill_seconds:,.0f} objects/s)")
+
+    expected, listed_pods, agrees = await _expected(kube, world)
+    turns: list[tuple[Listing, Start]] = []
+    for turn in range(options.runs):
+        listing = await _baseline(cluster.kubeconfig)
+        assert listing.pods == listed_pods, f"the baseline listed {listing.pods} pods, not {listed_pods}"
+        await _clear_statuses(kube)
+        start = await _start(cluster, kube, expected, workdir / f"operator-{turn}.log", options.timeout, None)
+        turns.append((listing, start))
+        say(
+            f"coldstart: turn {turn + 1}/{options.runs}: baseline LIST {listing.seconds:.2f}s, "
+            f"operator {start.seconds:.2f}s"
+        )
+    profile_notes: list[str] = []
+    if options.profile is not None:
+        await _clear_statuses(kube)
+        profiled = await _start(
+            cluster, kube, expected, workdir / "operator-profiled.log", options.timeout, options.profile
+        )
+        say(f"coldstart: profiled start {profiled.seconds:.2f}s; profile in {options.profile}")
+        profile_notes = _profile_summary(options.profile)
+
+    # Each start is compared with the LIST made just before it: the load on the machine drifts,
+    # so a turn's two figures are closer to each other than figures of different turns.
+    ratios = [start.seconds / listing.seconds for listing, start in turns]
+    ratio = statistics.median(ratios)
+    listing, start = turns[ratios.index(sorted(ratios)[len(ratios) // 2])]  # the median turn
+    rows = [
+        Row(
+            f"coldstart: plain paged LIST of {nodes:,} Nodes + {listed_pods:,} Pods (baseline)",
+            seconds(listing.seconds),
+            ratio=f"all turns: {', '.join(seconds(listing.seconds) for listing, _ in turns)}",
+        ),
+        Row(
+            "coldstart: operator spawn → every class's freeUnits correct",
+            seconds(start.seconds),
+            f"≤ {times(TARGET_RATIO)} baseline",
+            ratio <= TARGET_RATIO,
+            f"this ÷ baseline = {times(ratio)} (median turn; all: {', '.join(times(r) for r in ratios)})",
+        ),
+        Row(
+            "  expected freeUnits: decide on the API's lists = decide on the generated world",
+            "yes" if agrees else "no",
+            "yes",
+            agrees,
+        ),
+        *(Row(f"context: operator spawn → {label}", seconds(at)) for label, at in start.steps.items()),
+        Row(
+            "context: CPU of the baseline LIST (its process, connecting not counted)",
+            seconds(listing.cpu_seconds),
+            ratio=f"{listing.cpu_seconds / listing.seconds:.0%} of its wall time",
+        ),
+        Row(
+            "context: operator CPU from spawn to the first correct status",
+            seconds(start.cpu_seconds),
+            ratio=f"{start.cpu_seconds / start.seconds:.0%} of its wall time; "
+            f"÷ baseline CPU = {times(start.cpu_seconds / listing.cpu_seconds)}",
+        ),
+        Row(
+            f"context: filling the API ({nodes:,} nodes, {pods:,} pods, {options.concurrency} in flight)",
+            seconds(fill_seconds),
+            ratio=f"{(nodes + pods) / fill_seconds:,.0f} objects/s",
+        ),
+    ]
+    notes = [
+        f"coldstart: {nodes:,} nodes ({spec.gpu_nodes:,} with GPUs), {pods:,} pods of which "
+        f"{listed_pods:,} bound and not finished (the operator's field selector), {len(world.classes)} "
+        f"classes; LIST pages of {PAGE_SIZE}; context rows are of the median turn",
+        *profile_notes,
+    ]
+    return ColdResult(rows, notes)
+
+
+# --- filling the API ----------------------------------------------------------------------------
+
+
+async def _install(kube: Kube, world: World) -> None:
+    namespaces = {KUBEVIRT_NAMESPACE} | {pod["metadata"]["namespace"] for pod in _namespace_samples(world)}
+    await apply_all(
+        kube,
+        [
+            *load("config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml"),
+            *load("tests/fixtures/kubevirt-crd.yaml"),
+        ],
+    )
+    for name in sorted(namespaces):
+        if await kube.get(NAMESPACES.path(name=name)) is None:
+            await kube.create(
+                NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+            )
+    await apply_all(kube, [world.kubevirt_cr])
+    # A pod is admitted only once its namespace's default ServiceAccount exists.
+    for name in sorted(namespaces):
+        await wait_for_object(
+            kube,
+            SERVICE_ACCOUNTS,
+            "default",
+            lambda o: o is not None,
+            namespace=name,
+            timeout=SERVICE_ACCOUNT_TIMEOUT_SECONDS,
+        )
+
+
+def _namespace_samples(world: World) -> Iterator[Obj]:
+    """One pod of every namespace the world's pods use (the generator's namespaces are few)."""
+    seen: set[str] = set()
+    for pod in world.pods():
+        namespace = pod["metadata"]["namespace"]
+        if namespace not in seen:
+            seen.add(namespace)
+            yield pod
+
+
+async def _pool(concurrency: int, items: Iterable[T], work: Callable[[T], Awaitable[None]]) -> int:
+    """Run ``work`` on every item, ``concurrency`` at a time (items drawn lazily); returns how many."""
+    iterator = iter(items)
+    done = 0
+
+    async def worker() -> None:
+        nonlocal done
+        for item in iterator:  # shared: each worker draws the next item
+            await work(item)
+            done += 1
+
+    await asyncio.gather(*(worker() for _ in range(concurrency)))
+    return done
+
+
+async def _retrying(call: Callable[[], Awaitable[Obj]]) -> None:
+    """One write, tried again on no answer or a transient status; a 409 after a retry is success."""
+    pause = RETRY_PAUSE_SECONDS
+    for attempt in range(CREATE_ATTEMPTS):
+        try:
+            await call()
+            return
+        except ApiError as error:
+            if error.status == HTTP_CONFLICT and attempt > 0:
+                return  # the earlier attempt got through after all
+            if not error.transient or attempt == CREATE_ATTEMPTS - 1:
+                raise
+        except NO_ANSWER:
+            if attempt == CREATE_ATTEMPTS - 1:
+                raise
+        await asyncio.sleep(pause)  # a retry's backoff, not a wait for an effect
+        pause *= 2
+
+
+async def _create_node(kube: Kube, built: Mapping[str, Any]) -> None:
+    """A Node as its kubelet registers it (status included), then its taints as built: admission
+    taints every new Node not-ready, and no node lifecycle controller runs here to lift that."""
+    name = built["metadata"]["name"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Node",
+        "metadata": {"name": name, "labels": built["metadata"]["labels"]},
+        "spec": built["spec"],
+        "status": built["status"],
+    }
+    await _retrying(lambda: kube.create(NODES.path(), body))
+    taints = {"spec": {"taints": built["spec"].get("taints")}}
+    await _retrying(lambda: kube.patch(NODES.path(name=name), taints, kind="merge"))
+
+
+async def _create_pod(kube: Kube, built: Mapping[str, Any]) -> None:
+    """A Pod as generated (bound or not); a finished one gets its phase through the status."""
+    metadata = built["metadata"]
+    body = {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {k: metadata[k] for k in ("name", "namespace", "labels", "annotations") if k in metadata},
+        "spec": built["spec"],
+    }
+    namespace, name = metadata["namespace"], metadata["name"]
+    await _retrying(lambda: kube.create(PODS.path(namespace), body))
+    phase = built["status"]["phase"]
+    if phase in ("Succeeded", "Failed"):
+        patch = {"status": {"phase": phase}}
+        await _retrying(lambda: kube.patch(PODS.path(namespace, name) + "/status", patch, kind="merge"))
+
+
+# --- what is measured ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Listing:
+    """One baseline LIST (``plainlist``, in a process of its own)."""
+
+    seconds: float
+    cpu_seconds: float
+    pods: int
+
+
+async def _baseline(kubeconfig: str) -> Listing:
+    process = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        COMMAND,
+        kubeconfig,
+        stdout=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode == 0, f"the baseline LIST failed ({process.returncode})"
+    answer = json.loads(out)
+    return Listing(float(answer["seconds"]), float(answer["cpu_seconds"]), int(answer["pods"]))
+
+
+async def _expected(kube: Kube, world: World) -> tuple[dict[str, int], int, bool]:
+    """Every class's freeUnits as ``decide`` computes it from the API's lists; the number of pods the
+    operator lists; and whether the generated world gives the same figures."""
+    listed = Inventory()
+    async for items in pages(kube, NODES.path()):
+        for node in items:
+            listed.upsert_node(node)
+    listed_pods = 0
+    async for items in pages(kube, PODS.path(), POD_FIELD_SELECTOR):
+        listed_pods += len(items)
+        for pod in items:
+            listed.upsert_pod(pod)
+    classes = (await kube.list(GPUCLASSES.path()))["items"]
+    cr = await kube.get(f"/apis/kubevirt.io/v1/namespaces/{KUBEVIRT_NAMESPACE}/kubevirts/kubevirt")
+    assert cr is not None, "the KubeVirt CR is missing"
+    view = Found(cr)
+    from_api = {name: d.status.free_units for name, d in decide(classes, listed, view).items()}
+    generated = Inventory()
+    for node in world.nodes:
+        generated.upsert_node(node)
+    for pod in world.pods():
+        generated.upsert_pod(pod)
+    from_world = {name: d.status.free_units for name, d in decide(classes, generated, view).items()}
+    return from_api, listed_pods, from_api == from_world
+
+
+async def _clear_statuses(kube: Kube) -> None:
+    """Every class without status, so a start must write each one."""
+    for gpu_class in (await kube.list(GPUCLASSES.path()))["items"]:
+        if gpu_class.get("status"):
+            name = gpu_class["metadata"]["name"]
+            await kube.patch(GPUCLASSES.path(name=name) + "/status", {"status": None}, kind="merge")
+    left = [
+        c
+        for c in (await kube.list(GPUCLASSES.path()))["items"]
+        if (c.get("status") or {}).get("freeUnits") is not None
+    ]
+    assert not left, f"{len(left)} classes kept their status"
+
+
+async def _start(
+    cluster: ClusterInfo,
+    kube: Kube,
+    expected: Mapping[str, int],
+    log_path: Path,
+    within: float,
+    profile: Path | None,
+) -> Start:
+    """Spawn the operator, wait for every class's freeUnits to be ``expected``, stop it."""
+    spawned = time.time()
+    async with _operator(cluster.kubeconfig, log_path, profile) as process:
+        deadline = time.perf_counter() + within
+        seen: dict[str, Any] = {}
+        while True:
+            listed = (await kube.list(GPUCLASSES.path()))["items"]
+            seen = {c["metadata"]["name"]: (c.get("status") or {}).get("freeUnits") for c in listed}
+            if seen == expected:
+                break
+            if process.returncode is not None or time.perf_counter() > deadline:
+                wrong = {n: (seen.get(n), v) for n, v in expected.items() if seen.get(n) != v}
+                raise AssertionError(
+                    f"no correct status in {within}s; (seen, expected): {wrong}\n{_log_tail(log_path)}"
+                )
+            await asyncio.sleep(POLL_SECONDS)  # the poll interval of a bounded poll
+        took = time.time() - spawned
+        cpu = _cpu_seconds(process.pid)
+    return Start(took, _steps(log_path, spawned), cpu)
+
+
+@contextlib.asynccontextmanager
+async def _operator(
+    kubeconfig: str, log_path: Path, profile: Path | None
+) -> AsyncIterator[asyncio.subprocess.Process]:
+    """The operator as a subprocess (under cProfile when ``profile`` is set), stopped by SIGTERM at
+    the end, as a Pod is; it must not have died or logged a traceback."""
+    profiler = ["-m", "cProfile", "-o", str(profile)] if profile is not None else []
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env.pop("KUBECONFIG", None)
+    with log_path.open("wb") as log:
+        process = await asyncio.create_subprocess_exec(
+            sys.executable,
+            *profiler,
+            "-m",
+            "operators.gpuclass",
+            f"--kubeconfig={kubeconfig}",
+            "--metrics-port=0",
+            "--health-port=0",
+            f"--kubevirt-namespace={KUBEVIRT_NAMESPACE}",
+            f"--leader-election-namespace={LEASE_NAMESPACE}",
+            stdout=log,
+            stderr=asyncio.subprocess.STDOUT,
+            cwd=ROOT,
+            env=env,
+        )
+    try:
+        yield process
+        assert process.returncode is None, "the operator died"
+    finally:
+        if process.returncode is None:
+            process.send_signal(signal.SIGTERM)
+            try:
+                await asyncio.wait_for(process.wait(), STOP_SECONDS)
+            except TimeoutError:
+                process.kill()
+                await process.wait()
+    _check_log(log_path)
+
+
+def _log_tail(log_path: Path) -> str:
+    return "\n".join(log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
+
+
+def _check_log(log_path: Path) -> None:
+    assert "Traceback" not in log_path.read_text(errors="replace"), (
+        f"the operator logged a traceback:\n{_log_tail(log_path)}"
+    )
+
+
+def _steps(log_path: Path, spawned: float) -> dict[str, float]:
+    """Seconds from the spawn to each logged step of the start (the first line naming it)."""
+    steps: dict[str, float] = {}
+    for line in log_path.read_text(errors="replace").splitlines():
+        for label, text in LOG_STEPS:
+            if label not in steps and text in line:
+                with contextlib.suppress(ValueError):
+                    at = datetime.strptime(line[:LOG_TIME_LENGTH], LOG_TIME_FORMAT).timestamp()
+                    steps[label] = at - spawned
+    return {label: steps[label] for label, _ in LOG_STEPS if label in steps}
+
+
+def _cpu_seconds(pid: int) -> float:
+    """User and system CPU time the process has used so far."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return 0.0
+    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
+    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+
+
+def _profile_summary(path: Path) -> list[str]:
+    """The profile's top functions by own time and by cumulative time, as note lines."""
+    notes: list[str] = []
+    for order in ("tottime", "cumulative"):
+        out = io.StringIO()
+        pstats.Stats(str(path), stream=out).sort_stats(order).print_stats(PROFILE_LINES)
+        notes.append(f"profile of one start, by {order}:")
+        notes += [line for line in out.getvalue().splitlines() if line.strip()]
+    return notes
