@@ -81,10 +81,11 @@ CLASS_NAME = "bench-attach"
 # RFC 2544's benchmarking range: attachments mint from the first /22, the baseline uses the next one.
 ATTACH_NETWORK = "198.18.0.0"
 BASELINE_NETWORK = "198.18.16.0"
-RATIO_TARGET = 3.0
+RATIO_TARGET = 2.0  # issue 9: create → Ready p50 at most twice a direct LoadBalancer Service create
 OTHERS = "everything else on the machine"
 SHARED_MACHINE_WARNING = 0.2  # of a core
 WARMUP_TIMEOUT = 90.0
+ATTACHMENT_QUEUE = "endpointattachment"  # the attachments controller's work queue (its metrics' name)
 
 
 @dataclass(frozen=True)
@@ -374,6 +375,8 @@ class Phase:
     cpu: Mapping[str, float]
     passes: float = 0.0
     pass_seconds: float = 0.0
+    queued: float = 0.0  # keys the attachments' queue handed to a worker
+    queued_seconds: float = 0.0  # and how long they had waited in it, in all
     errors: float = 0.0
     class_writes: list[float] = field(default_factory=list)
     requests: Counter[RequestKey] = field(default_factory=Counter)  # what the API server served
@@ -482,6 +485,8 @@ async def _measure(
         passes=_metric(after, before, "controller_runtime_reconcile_total"),
         pass_seconds=_metric(after, before, "controller_runtime_reconcile_time_seconds_sum"),
         errors=_metric(after, before, "controller_runtime_reconcile_total", result="error"),
+        queued=_metric(after, before, "workqueue_queue_duration_seconds_count", name=ATTACHMENT_QUEUE),
+        queued_seconds=_metric(after, before, "workqueue_queue_duration_seconds_sum", name=ATTACHMENT_QUEUE),
         class_writes=seen.class_writes[writes_before:],
         requests=served_after - served,
     )
@@ -535,14 +540,14 @@ def _p50_p99(values: Sequence[float]) -> str:
 Samples = Mapping[tuple[str, tuple[tuple[str, str], ...]], float]
 
 
-def _metric(after: Samples, before: Samples, name: str, **labels: str) -> float:
+def _metric(after: Samples, before: Samples, metric: str, /, **labels: str) -> float:
     """How much a (summed) metric grew between two scrapes, over the samples with these labels."""
 
     def total(samples: Samples) -> float:
         return sum(
             value
             for (sample, sample_labels), value in samples.items()
-            if sample == name and labels.items() <= dict(sample_labels).items()
+            if sample == metric and labels.items() <= dict(sample_labels).items()
         )
 
     return total(after) - total(before)
@@ -605,7 +610,10 @@ def _rows(options: AttachOptions, phase: Phase, base: Phase, seen: Observers) ->
                 "context: operator passes (its metrics)",
                 f"{phase.passes:,.0f}",
                 ratio=f"{phase.passes / max(1, len(ready)):.1f} per attachment; "
-                f"mean {duration(phase.pass_seconds / phase.passes)}; {phase.errors:.0f} errors",
+                f"mean {duration(phase.pass_seconds / phase.passes)}; {phase.errors:.0f} errors"
+                + (
+                    f"; queued {duration(phase.queued_seconds / phase.queued)} (mean)" if phase.queued else ""
+                ),
             )
         )
     # A status-only write to the class wakes no attachment (the operator's wiring filters it by

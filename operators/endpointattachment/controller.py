@@ -7,12 +7,20 @@ Decides: the glue, and only the glue.
   keys it concerns through a named map function given the old and the new version (both map: a
   Service leaving the proxy frees the pods it held for others), behind predicates: a status-only
   change of a class or a ServiceProxy wakes no one (status is ours, and no pass reads it), nor does
-  one of a HelmRelease (only its labels and UID are read) or a Namespace that kept its labels. The
-  runtime drops the echo of our own writes by resourceVersion and never wakes the pass that wrote.
+  one of a HelmRelease (only its labels and UID are read) or a Namespace that kept its labels. A
+  change wakes only the passes that read what changed, so no kind wakes every attachment per event:
+  a mint wakes its minter alone (only a freed address concerns the class's address-less), a slice
+  wakes VM-mode attachments alone and only when its ready backends change (all of them only for a
+  proxied Service's slice), and a proxied Service wakes them all only when it joins or leaves its
+  proxy or changes controller. The runtime drops the echo of our own writes by resourceVersion and
+  never wakes the pass that wrote.
 * **attachments**: a pass builds ``Observed`` from the caches (``world``), asks the pure
   ``reconcile`` for a plan, and applies it. A mint or a claim binding changes what the plan is made
   of, so the pass decides again at once from the caches (the write's answer is already in them) for
-  a few rounds (``MAX_ROUNDS_PER_PASS``), instead of queueing behind every other attachment.
+  a few rounds (``MAX_ROUNDS_PER_PASS``), instead of queueing behind every other attachment. The
+  pass that creates the rendered Service holds its status back (``STATUS_HOLD_SECONDS``) while it
+  only waits for the load balancer: the answer usually comes first and the pass it wakes writes the
+  status once, Ready; otherwise a re-check writes AddressPending when the hold runs out.
 * **claims**: ``claims.reconcile_claim`` / ``finalize_claim``, with the same re-deciding after a
   mint or a release; a user recorded on a claim whose attachment is gone (deleted without its
   finalizer running) is cleared once the API, not only the cache, confirms it is gone.
@@ -32,6 +40,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import logging
+import time
 from collections.abc import Callable, Iterator, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
@@ -47,6 +56,7 @@ from operators.endpointattachment.constants import (
     IP_ADDRESS_CLASS_KIND,
     SERVICE_PROXY_NAME_LABEL,
 )
+from operators.endpointattachment.datapath import ready_backends
 from operators.endpointattachment.metrics import WorldCollector
 from operators.endpointattachment.reconcile import Plan, ServiceAction, reconcile
 from operators.endpointattachment.settings import Settings
@@ -102,6 +112,10 @@ STORAGE_PREFIX: Final = "endpointattachment.operator.cozystack.io"
 # Rounds of decide-and-apply in one pass before it yields its worker (a mint racing other minters
 # for a nearly full pool can take several); a pass that has not settled by then runs again.
 MAX_ROUNDS_PER_PASS: Final = 4
+# A pass that has just created the rendered Service writes no status: the load balancer's answer
+# usually comes first, and the pass it wakes writes the status once (Ready). When it does not come
+# within this hold, a re-check writes AddressPending. One status write per attachment, not two.
+STATUS_HOLD_SECONDS: Final = 1.0
 # status.capacity is an int64 in the CRD: larger pools report it saturated.
 INT64_MAX: Final = 2**63 - 1
 # A class's counts are for people and alerts, read by no pass: a burst of mints and releases is
@@ -140,20 +154,24 @@ def attachments_of_class(caches: Caches, old: Obj | None, new: Obj | None) -> se
 
 
 def attachments_of_allocation(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
-    """The attachment holding the allocation, and every attachment of its class that holds no
-    address yet (a freed address may end its PoolExhausted)."""
-    world = World(caches)
+    """The attachment holding the allocation (either version's holder); and, only when an address is
+    freed (the allocation deleted, or no longer for the same address of the same class), every
+    attachment minting from that class that holds no address (a freed address may end its
+    PoolExhausted or AddressInUse). An added allocation takes an address and frees none: it concerns
+    its holder alone, so a burst of mints wakes no one but the minters."""
     keys: set[Key] = set()
     for version in _versions(old, new):
         holder = holder_of(version)
         if holder.get("kind") == ENDPOINT_ATTACHMENT_KIND:
             keys.add((str(holder.get("namespace") or ""), str(holder.get("name") or "")))
-        class_name = str((version.get("spec") or {}).get("className"))
-        for key in world.of_class(class_name):
-            attachment = world.attachments.get(key)
-            if attachment is not None and not world.held_address(attachment):
-                keys.add(key)
+    if old is not None and (new is None or _address_of(old) != _address_of(new)):
+        keys |= World(caches).address_less(str((old.get("spec") or {}).get("className")))
     return keys
+
+
+def _address_of(allocation: Obj) -> tuple[Any, Any]:
+    spec = allocation.get("spec") or {}
+    return spec.get("className"), spec.get("address")
 
 
 def attachments_in_vm_mode(caches: Caches, old: Obj | None, new: Obj | None) -> frozenset[Key]:
@@ -164,8 +182,9 @@ def attachments_in_vm_mode(caches: Caches, old: Obj | None, new: Obj | None) -> 
 def attachments_of_service(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
     """The attachments using the Service as their endpoint; the attachment whose rendered name a
     Service labelled as ours but not controlled by an attachment squats (to report the conflict);
-    and every VM-mode attachment when the Service is (or was) delegated to a proxy. The attachment
-    controlling a rendered Service is woken through ``owns``."""
+    and every VM-mode attachment when the Service joins or leaves a proxy, or its proxy or its
+    controller changes (what exclusivity reads of it; its backends come with its slices). The
+    attachment controlling a rendered Service is woken through ``owns``."""
     world = World(caches)
     keys: set[Key] = set()
     for version in _versions(old, new):
@@ -174,21 +193,44 @@ def attachments_of_service(caches: Caches, old: Obj | None, new: Obj | None) -> 
         owner = sole_controller(version)
         if ATTACHMENT_LABEL in labels(version) and (owner or {}).get("kind") != ENDPOINT_ATTACHMENT_KIND:
             keys |= world.attachments.index_keys(BY_RENDERED_SERVICE, key)
-        if SERVICE_PROXY_NAME_LABEL in labels(version):
-            keys |= world.in_vm_mode()
+    if _as_proxied(old) != _as_proxied(new):
+        keys |= world.in_vm_mode()
     return keys
+
+
+def _as_proxied(service: Obj | None) -> tuple[str, Any, Any, Any] | None:
+    """What the exclusivity check reads of a Service itself: its proxy and its controller (None when
+    it is not, or no longer, delegated to a proxy)."""
+    proxy = labels(service).get(SERVICE_PROXY_NAME_LABEL) if service is not None else None
+    if proxy is None or service is None:
+        return None
+    owner = sole_controller(service) or {}
+    return proxy, owner.get("kind"), owner.get("name"), owner.get("uid")
 
 
 def attachments_of_slice(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
-    """The attachments of the slice's Service, and every VM-mode attachment (the ready backends of
-    any proxied Service decide exclusivity)."""
+    """VM-mode attachments only (no other mode reads a slice), when the slice's ready backends (or
+    its Service) changed: those whose endpoint the slice serves, and all of them when the slice is of
+    a proxied Service (its backends decide exclusivity). A slice whose Service is not cached yet
+    wakes no one for exclusivity: the Service's own arrival does."""
+    if old is not None and new is not None and _slice_reading(old) == _slice_reading(new):
+        return set()
     world = World(caches)
+    in_vm_mode = world.in_vm_mode()
+    if not in_vm_mode:
+        return set()
     keys: set[Key] = set()
     for version in _versions(old, new):
-        service = labels(version).get(ENDPOINTSLICE_SERVICE_NAME_LABEL, "")
-        keys |= world.attachments.index_keys(BY_ENDPOINT, (key_of(version)[0], service))
-        keys |= world.in_vm_mode()
+        service = (key_of(version)[0], labels(version).get(ENDPOINTSLICE_SERVICE_NAME_LABEL, ""))
+        keys |= world.attachments.index_keys(BY_ENDPOINT, service) & in_vm_mode
+        if world.is_proxied(service):
+            return set(in_vm_mode)
     return keys
+
+
+def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
+    """What a pass reads of a slice: its Service and its ready backends."""
+    return labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL), ready_backends((endpoint_slice,))
 
 
 def attachments_of_helmrelease(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
@@ -329,40 +371,67 @@ def _finalizers(obj: Mapping[str, Any]) -> list[str]:
 
 
 class AttachmentReconciler:
-    def __init__(self, world: World, writer: Writer) -> None:
-        self.world, self.writer = world, writer
+    def __init__(self, world: World, writer: Writer, clock: Callable[[], float] = time.monotonic) -> None:
+        self.world, self.writer, self.clock = world, writer, clock
+        # Keys whose Service a pass created, until when their AddressPending status is held back.
+        self._holding: dict[Key, float] = {}
 
     async def reconcile(self, key: Key) -> Result:
-        return await until_settled(lambda: self._round(key), MAX_ROUNDS_PER_PASS)
+        for _ in range(MAX_ROUNDS_PER_PASS):
+            outcome = await self._round(key)
+            if outcome is None:
+                return Result()
+            if outcome > 0:
+                return Result(requeue_after=outcome)
+        return Result(requeue=True)
 
-    async def _round(self, key: Key) -> bool:
-        """Decide and apply once; True when a mint or a claim binding asks to decide again."""
+    async def _round(self, key: Key) -> float | None:
+        """Decide and apply once. None: settled; 0: decide again now (a mint or a claim binding
+        changed what the plan is made of); more: the status is held back, look again this much later."""
         attachment = self.world.attachments.get(key)
         if attachment is None:
-            return False
+            self._holding.pop(key, None)
+            return None
         observed = self.world.observed(attachment)
         _read(observed.service, self.world.held_allocation(attachment))
         plan = reconcile(observed)
         if plan.finalizing:
+            self._holding.pop(key, None)
             await self._finalize(attachment, plan, observed.service)
-            return False
+            return None
         attachment = await self.writer.ensure_metadata(
             ATTACHMENTS, attachment, finalizer=FINALIZER, owner_reference=plan.owner_reference
         )
         if plan.mint is not None:
             await allocator.mint(self.writer, plan.mint.allocation)
-            return True
+            return 0.0
         if plan.bind_claim is not None and observed.claim is not None:
             await allocator.bind_claim(self.writer, observed.claim, plan.bind_claim.attachment)
-            return True
-        await self._apply_service(plan, observed.service)
-        await self.writer.patch_status(
-            ATTACHMENTS, attachment, plan.status_patch(attachment.get("status"), _now())
-        )
+            return 0.0
+        now = self.clock()
+        if await self._apply_service(plan, observed.service):
+            self._holding[key] = now + STATUS_HOLD_SECONDS
+        held = self._held_for(key, plan, now)
+        if held is None:
+            await self.writer.patch_status(
+                ATTACHMENTS, attachment, plan.status_patch(attachment.get("status"), _now())
+            )
         for surplus in self.world.surplus_allocations(attachment):
             log.info("releasing %s: a second allocation of %s/%s", key_of(surplus)[1], *key)
             await allocator.release(self.writer, surplus)
-        return False
+        return held
+
+    def _held_for(self, key: Key, plan: Plan, now: float) -> float | None:
+        """How much longer the status of a Service just created is held back: only while it waits
+        for the load balancer and the hold has not run out (then the status is written)."""
+        until = self._holding.get(key)
+        if until is None:
+            return None
+        remaining = until - now
+        if remaining > 0 and plan.waits_for_load_balancer:
+            return remaining
+        del self._holding[key]
+        return None
 
     async def _finalize(self, attachment: Obj, plan: Plan, service: Mapping[str, Any] | None) -> None:
         """Service first, then the address, then our finalizer: nothing is left holding anything."""
@@ -379,7 +448,8 @@ class AttachmentReconciler:
             await allocator.release(self.writer, allocation)
         await self.writer.remove_finalizer(ATTACHMENTS, attachment, FINALIZER)
 
-    async def _apply_service(self, plan: Plan, existing: Mapping[str, Any] | None) -> None:
+    async def _apply_service(self, plan: Plan, existing: Mapping[str, Any] | None) -> bool:
+        """Apply the plan's Service action; True when it created the Service."""
         action = plan.service_action
         if action is ServiceAction.CREATE and plan.service is not None:
             try:
@@ -389,11 +459,14 @@ class AttachmentReconciler:
                     raise
                 # A squatter: its watch event wakes this attachment, whose next pass reports it.
                 log.info("Service %s/%s appeared before ours; next pass decides", *key_of(plan.service))
-        elif action is ServiceAction.PATCH and existing is not None and plan.service_patch is not None:
+                return False
+            return True
+        if action is ServiceAction.PATCH and existing is not None and plan.service_patch is not None:
             await self.writer.patch(SERVICES, existing, plan.service_patch, "merge")
         elif action in (ServiceAction.DELETE, ServiceAction.RECREATE) and existing is not None:
             # The UID precondition: only the very Service we judged ours is ever deleted.
             await self.writer.delete(SERVICES, existing)
+        return False
 
 
 class ClaimReconciler:

@@ -207,6 +207,14 @@ class Plan:
     def ready(self) -> bool:
         return any(c.type == COND_READY and c.status == TRUE for c in self.conditions)
 
+    @property
+    def waits_for_load_balancer(self) -> bool:
+        """Everything is in place but the announcement of the address (Ready: ``AddressPending``)."""
+        return any(
+            c.type == COND_READY and c.status != TRUE and c.reason == REASON_ADDRESS_PENDING
+            for c in self.conditions
+        )
+
     def status_patch(self, stored_status: Mapping[str, Any] | None, now: str) -> JsonPatch:
         """The JSON patch that stores this plan's status; empty when nothing changes (and when finalizing)."""
         if self.finalizing:

@@ -331,6 +331,20 @@ class World:
     def in_vm_mode(self) -> frozenset[Key]:
         return self.attachments.index_keys(VM_MODE, True)
 
+    def address_less(self, class_name: str) -> set[Key]:
+        """Attachments minting from the class that hold no allocation (one lookup each)."""
+        keys: set[Key] = set()
+        for key in self.attachments.index_keys(BY_CLASS, class_name):
+            uid = _metadata(self.attachments.get(key) or {}).get("uid")
+            if not uid or not self.allocations.index_keys(BY_HOLDER, str(uid)):
+                keys.add(key)
+        return keys
+
+    def is_proxied(self, service: Key) -> bool:
+        """Whether the Service (cached) is delegated to a proxy."""
+        found = self.services.get(service)
+        return found is not None and SERVICE_PROXY_NAME_LABEL in labels(found)
+
     def attachment_with_uid(self, namespace: str, uid: str) -> Obj | None:
         return next((a for a in self.attachments.index(BY_UID, uid) if key_of(a)[0] == namespace), None)
 

@@ -111,6 +111,10 @@ def _metadata(obj: Obj | None) -> Mapping[str, Any]:
     return (obj or {}).get("metadata") or {}
 
 
+def _generation(obj: Obj) -> object:
+    return _metadata(obj).get("generation")
+
+
 def any_change(old: Obj | None, new: Obj | None) -> bool:
     """Every add, change and delete."""
     return True
@@ -226,6 +230,7 @@ class Controller:
             max_delay=wiring.max_delay,
         )
         self._started: dict[Key, float] = {}  # keys in a reconcile, since when (liveness)
+        self._read_generation: dict[Key, object] = {}  # the primary's generation each pass read
         metrics.set_max_concurrent(wiring.name, wiring.workers)
 
     # --- event side: handlers the manager attaches to the informers -------------------------------
@@ -238,7 +243,17 @@ class Controller:
             if all(p(old, new) for p in wiring.predicates):
                 for version in (new, old):
                     if version is not None:
-                        self.enqueue(wiring.key(version))
+                        key = wiring.key(version)
+                        if new is not None and self._read_generation.get(
+                            key, _generation(new)
+                        ) != _generation(new):
+                            # The answer of our own write carries someone else's spec change that
+                            # landed between the pass's read and its write: that pass did not
+                            # decide on it, so it must run again (its later watch event is older
+                            # than what we stored, and dropped).
+                            self.queue.add(key)
+                        else:
+                            self.enqueue(key)
                         break
 
         yield wiring.primary, on_primary
@@ -305,6 +320,7 @@ class Controller:
         obj = self.caches.store(self.wiring.primary).get(key)
         started = time.monotonic()
         self._started[key] = started
+        self._read_generation[key] = _generation(obj) if obj is not None else None
         token = _RECONCILING.set((name, key))
         result = RESULT_ERROR
         trace_id: str | None = None
@@ -359,6 +375,7 @@ class Controller:
         finally:
             _RECONCILING.reset(token)
             self._started.pop(key, None)
+            self._read_generation.pop(key, None)
             self.metrics.observe(name, result, time.monotonic() - started, trace_id)
 
 

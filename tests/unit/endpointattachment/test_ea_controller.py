@@ -19,6 +19,7 @@ from operators.endpointattachment.constants import (
     ATTACHMENT_LABEL,
     ENDPOINT_ATTACHMENT_KIND,
     IP_ADDRESS_CLAIM_KIND,
+    METALLB_IPS_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
 from operators.endpointattachment.controller import (
@@ -46,7 +47,7 @@ from tests.ea_builders import (
     make_service,
     make_serviceproxy,
 )
-from tests.ea_caches import KINDS, Step, caches_of, put
+from tests.ea_caches import KINDS, Step, caches_of, drop, put
 
 ROOT = Path(__file__).resolve().parents[3]
 NS, OTHER_NS = NAMESPACE, "tenant-b"
@@ -162,18 +163,21 @@ FREED = make_allocation("203.0.113.12", holder=None)
         ("service", svc(SQUAT, labels={ATTACHMENT_LABEL: "db-vm"}), {KV}),  # a squatter on V's name
         ("service", svc(SQUAT), set()),  # without our label a squatter is not looked for
         ("service", svc("chart-proxy", labels=PROXIED), {KV}),
-        ("slice", make_endpointslice(), {KA, KV}),  # VM modes read every slice's backends
-        ("slice", make_endpointslice("unrelated"), {KV}),
+        # Only the VM modes read slices: the backends of their endpoint's, and of proxied Services'
+        ("slice", make_endpointslice(), set()),  # A's endpoint, but A is Standard
+        ("slice", make_endpointslice("unrelated"), set()),  # a Service no proxy serves
+        ("slice", make_endpointslice("vm-svc"), {KV}),  # V's endpoint
         ("claim", make_claim(), {KB}),
         ("claim", make_claim(namespace=OTHER_NS), set()),
         ("claim", VIP, set()),
         ("class", make_class(), {KA, KB, KT}),
         ("class", make_class("private-v4"), {KV}),
         ("class", make_class("unused"), set()),
-        ("allocation", ALLOC_A, {KA, KB, KT}),
-        ("allocation", make_allocation(class_name="private-v4", holder=None), {KV}),
+        # a mint takes an address and frees none: its holder alone hears of it
+        ("allocation", ALLOC_A, {KA}),
+        ("allocation", make_allocation(class_name="private-v4", holder=None), set()),
         ("allocation", make_allocation(class_name="private-v4", holder=held_by(V)), {KV}),
-        ("allocation", CLAIM_ALLOC, {KA, KB, KT}),  # the class's address-less, not the claim's user
+        ("allocation", CLAIM_ALLOC, set()),  # a claim's: its claim's business (the claims controller)
         ("proxy", make_serviceproxy(), {KV}),
         ("namespace", NS_OBJ, {KA, KB, KV}),
         ("namespace", {"metadata": {"name": OTHER_NS}}, {KT}),
@@ -190,8 +194,62 @@ def test_attachments_woken_by_an_added_object(
 
 
 def test_a_freed_address_wakes_only_the_address_less(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Those minting from the class without an address (T holds one; B's address is its claim's)."""
     steps = [*CLUSTER, put("allocation", make_allocation(holder=held_by(T))), put("allocation", FREED)]
-    assert woken(ATTACHMENT_CONTROLLER, "allocation", FREED, None, steps, monkeypatch) == {KA, KB}
+    assert woken(ATTACHMENT_CONTROLLER, "allocation", FREED, None, steps, monkeypatch) == {KA}
+
+
+def test_an_allocation_that_keeps_its_address_frees_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
+    steps = [*CLUSTER, put("allocation", FREED)]
+    assert woken(ATTACHMENT_CONTROLLER, "allocation", FREED, changed(FREED), steps, monkeypatch) == set()
+
+
+CHART_PROXY = svc("chart-proxy", PROXIED)
+NO_VM_MODE = drop("attachment", V)
+VM_SLICE = make_endpointslice("vm-svc")
+MORE_BACKENDS: list[tuple[str | None, str, bool | None]] = [
+    ("pod-uid-1", "10.244.0.10", True),
+    ("pod-uid-2", "10.244.0.11", None),
+]
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "steps", "expected"),
+    [
+        # what a pass reads of a slice is its Service and its ready backends: nothing else wakes
+        (VM_SLICE, changed(VM_SLICE), [], set()),
+        (VM_SLICE, changed(make_endpointslice("vm-svc", backends=MORE_BACKENDS)), [], {KV}),
+        (VM_SLICE, None, [], {KV}),
+        # a proxied Service's backends decide exclusivity for every VM-mode attachment
+        (None, make_endpointslice("chart-proxy"), [put("service", CHART_PROXY)], {KV}),
+        # ... once that Service is cached (its own arrival wakes them all)
+        (None, make_endpointslice("chart-proxy"), [], set()),
+        # a slice of a proxied Service, with no VM-mode attachment at all
+        (None, make_endpointslice("chart-proxy"), [put("service", CHART_PROXY), NO_VM_MODE], set()),
+    ],
+)
+def test_attachments_woken_by_a_slice(
+    old: Obj | None, new: Obj | None, steps: list[Step], expected: set[Key], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    before = [*CLUSTER, *steps, *([put("slice", old)] if old is not None else [])]
+    assert woken(ATTACHMENT_CONTROLLER, "slice", old, new, before, monkeypatch) == expected
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "expected"),
+    [
+        (None, CHART_PROXY, {KV}),  # joins a proxy
+        (CHART_PROXY, None, {KV}),  # leaves it
+        (CHART_PROXY, changed(CHART_PROXY), set()),  # its status (a balancer's answer): not read
+        (CHART_PROXY, changed(svc("chart-proxy", {SERVICE_PROXY_NAME_LABEL: "other"})), {KV}),
+        (CHART_PROXY, changed(svc("chart-proxy", PROXIED, V)), {KV}),  # another controller: another rank
+    ],
+)
+def test_vm_mode_attachments_woken_by_a_proxied_service(
+    old: Obj | None, new: Obj | None, expected: set[Key], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    steps = [*CLUSTER, *([put("service", old)] if old is not None else [])]
+    assert woken(ATTACHMENT_CONTROLLER, "service", old, new, steps, monkeypatch) == expected
 
 
 PROXIED_OF_A = svc(service_name("db-public"), PROXIED, A)
@@ -225,8 +283,8 @@ HR = make_helmrelease()
         # the attachment itself: any change of it (its own pass's writes are the runtime's to skip)
         ("attachment", A, changed(A), {KA}),
         ("attachment", A, None, {KA}),
-        # an allocation released: its holder, and the class's address-less
-        ("allocation", ALLOC_A, None, {KA, KB, KT}),
+        # an allocation released: its holder, and those minting from the class without an address
+        ("allocation", ALLOC_A, None, {KA, KT}),
         ("claim", make_claim(), changed(make_claim()), {KB}),  # its status (phase, user) is read
     ],
 )
@@ -314,10 +372,12 @@ def test_classes_woken(
         (controller.attachments_of_claim, make_claim(), None, {KB}),
         (controller.attachments_of_claim, None, None, set()),
         (controller.attachments_of_class, make_class("private-v4"), make_class(), {KA, KB, KT, KV}),
-        (controller.attachments_of_allocation, ALLOC_A, None, {KA, KB, KT}),
+        (controller.attachments_of_allocation, ALLOC_A, None, {KA, KT}),
+        (controller.attachments_of_allocation, None, ALLOC_A, {KA}),
         (controller.attachments_in_vm_mode, None, make_serviceproxy(), {KV}),
         (controller.attachments_of_service, make_service(), make_service("vm-svc", labels=VM_APP), {KA, KV}),
-        (controller.attachments_of_slice, make_endpointslice(), None, {KA, KV}),
+        (controller.attachments_of_slice, make_endpointslice(), None, set()),
+        (controller.attachments_of_slice, make_endpointslice("vm-svc"), None, {KV}),
         (controller.attachments_of_helmrelease, make_helmrelease(namespace=OTHER_NS), None, {KT}),
         (controller.attachments_in_namespace, NS_OBJ, {"metadata": {"name": OTHER_NS}}, {KA, KB, KV, KT}),
         (controller.claims_of_allocation, CLAIM_ALLOC, ALLOC_A, {(NS, "my-ip")}),
@@ -453,18 +513,69 @@ RESOLVED: list[Step] = [
 ]
 
 
+class Clock:
+    def __init__(self) -> None:
+        self.now = 100.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
 async def test_a_pass_decides_again_at_once_after_its_mint() -> None:
-    """The mint's answer is in the caches, so the same pass renders and reports: one pass, not two."""
+    """The mint's answer is in the caches, so the same pass renders: one pass, not two. The status
+    of a Service just created is held back (the load balancer's answer usually comes first)."""
     caches = caches_of(*RESOLVED, put("attachment", A))
     writer = RecordingWriter(caches)
-    reconciler = controller.AttachmentReconciler(World(caches), writer)  # type: ignore[arg-type]
-    assert await reconciler.reconcile(KA) == Result()
+    reconciler = controller.AttachmentReconciler(World(caches), writer, Clock())  # type: ignore[arg-type]
+    assert await reconciler.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
     address = World(caches).held_address(caches.store(KINDS["attachment"]).get(KA) or {})
     assert address is not None
     assert writer.calls == [
         ("finalizer", "endpointattachments", "db-public"),
         ("create", "ipaddressallocations", address),
         ("create", "services", service_name("db-public")),
+    ]
+
+
+async def created_and_held() -> tuple[controller.AttachmentReconciler, RecordingWriter, StaticCaches, Clock]:
+    """A's first pass: the Service is created, the status held back."""
+    caches = caches_of(*RESOLVED, put("attachment", A))
+    writer, clock = RecordingWriter(caches), Clock()
+    reconciler = controller.AttachmentReconciler(World(caches), writer, clock)  # type: ignore[arg-type]
+    await reconciler.reconcile(KA)
+    writer.calls.clear()
+    return reconciler, writer, caches, clock
+
+
+async def test_the_load_balancers_answer_within_the_hold_is_the_one_status_write() -> None:
+    reconciler, writer, caches, clock = await created_and_held()
+    # Woken again meanwhile (our own Service's echo, say): still waiting, still held, nothing written.
+    clock.now += 0.25
+    assert await reconciler.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS - 0.25)
+    assert writer.calls == []
+    services = caches.store(KINDS["service"])
+    ours = copy.deepcopy(services.get((NS, service_name("db-public"))) or {})
+    address = ours["metadata"]["annotations"][METALLB_IPS_ANNOTATION]
+    ours["status"] = {"loadBalancer": {"ingress": [{"ip": address}]}}
+    services.upsert(ours)
+    assert await reconciler.reconcile(KA) == Result()
+    assert writer.calls == [("status", "endpointattachments", "db-public")]
+
+
+async def test_without_an_answer_the_held_status_is_written_when_the_hold_runs_out() -> None:
+    reconciler, writer, _, clock = await created_and_held()
+    clock.now += controller.STATUS_HOLD_SECONDS
+    assert await reconciler.reconcile(KA) == Result()
+    assert writer.calls == [("status", "endpointattachments", "db-public")]
+
+
+async def test_a_change_during_the_hold_is_reported_at_once() -> None:
+    reconciler, writer, caches, _ = await created_and_held()
+    caches.store(KINDS["namespace"]).upsert(NS_OBJ)
+    caches.store(KINDS["class"]).upsert(make_class(allowed_namespaces={"matchLabels": {"team": "elsewhere"}}))
+    assert await reconciler.reconcile(KA) == Result()
+    assert writer.calls == [
+        ("delete", "services", service_name("db-public")),  # dark: the namespace is not admitted
         ("status", "endpointattachments", "db-public"),
     ]
 

@@ -169,6 +169,18 @@ def test_a_pass_is_not_woken_by_its_own_write() -> None:
     assert len(c.queue) == 1
 
 
+def test_our_write_carrying_someone_elses_spec_change_wakes_the_pass_again() -> None:
+    """A spec change that landed between a pass's read and its write arrives first in our write's
+    answer; the pass did not decide on it, so the key must run again (not be taken as our echo)."""
+    c = controller(Recorder())
+    c._read_generation[("ns", "w1")] = 1
+    with reconciling("widgets", ("ns", "w1")):
+        deliver(c, WIDGETS, obj("w1", generation=1), obj("w1", generation=1, finalizers=["f"]))
+        assert len(c.queue) == 0  # our own metadata write: no self-wake
+        deliver(c, WIDGETS, obj("w1", generation=1), obj("w1", generation=2))
+    assert len(c.queue) == 1
+
+
 @pytest.mark.parametrize(
     ("outcome", "label", "queued_later"),
     [
