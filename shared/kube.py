@@ -810,11 +810,6 @@ class Kube:
             params["limit"] = str(limit)
         return await self.request("GET", path, params=params)
 
-    async def count(self, path: str) -> int:
-        """How many objects a LIST would return, read from one item and ``remainingItemCount``."""
-        page = await self.list(path, limit=1)
-        return len(page.get("items") or []) + int(page["metadata"].get("remainingItemCount") or 0)
-
     async def create(self, path: str, body: Mapping[str, Any]) -> Obj:
         return await self.request("POST", path, body=body)
 

@@ -66,40 +66,48 @@ def _bool(text: str) -> bool:
     return text.strip().lower() in ("1", "true", "yes", "on")
 
 
+def add_env_flag(
+    parser: argparse.ArgumentParser,
+    prefix: str,
+    flag: str,
+    default: object,
+    type_: Callable[[str], object] = str,
+    help: str | None = None,
+) -> None:
+    """``--flag``, defaulting to ``<PREFIX>_<FLAG>`` from the environment, else to ``default``: one
+    rule for every flag of both operators, so a flag and its variable never drift apart."""
+    variable = f"{prefix}_{flag.upper().replace('-', '_')}"
+    parser.add_argument(
+        f"--{flag}", type=type_, default=type_(os.environ.get(variable, str(default))), help=help
+    )
+
+
 def add_runtime_flags(parser: argparse.ArgumentParser, prefix: str, leader_election_id: str) -> None:
     """The common flags; each defaults to ``<prefix>_<FLAG>`` from the environment."""
-    env = os.environ.get
     d = RuntimeSettings()
-    parser.add_argument("--kubeconfig", default=env("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG")
-    parser.add_argument("--metrics-address", default=env(f"{prefix}_METRICS_ADDRESS", d.metrics_address))
     parser.add_argument(
-        "--metrics-port", type=int, default=int(env(f"{prefix}_METRICS_PORT", str(d.metrics_port)))
+        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
     )
-    parser.add_argument(
-        "--health-port", type=int, default=int(env(f"{prefix}_HEALTH_PORT", str(d.health_port)))
-    )
-    parser.add_argument(
-        "--leader-elect",
-        type=_bool,
-        default=_bool(env(f"{prefix}_LEADER_ELECT", str(d.leader_elect))),
+    add_env_flag(parser, prefix, "metrics-address", d.metrics_address)
+    add_env_flag(parser, prefix, "metrics-port", d.metrics_port, int)
+    add_env_flag(parser, prefix, "health-port", d.health_port, int)
+    add_env_flag(
+        parser,
+        prefix,
+        "leader-elect",
+        d.leader_elect,
+        _bool,
         help="elect a leader through a Lease (default true); false: this replica always leads",
     )
-    parser.add_argument(
-        "--leader-election-namespace",
-        default=env(f"{prefix}_LEADER_ELECTION_NAMESPACE", d.leader_election_namespace),
-    )
-    parser.add_argument(
-        "--leader-election-id", default=env(f"{prefix}_LEADER_ELECTION_ID", leader_election_id)
-    )
-    parser.add_argument(
-        "--api-timeout-seconds",
-        type=float,
-        default=float(env(f"{prefix}_API_TIMEOUT_SECONDS", str(d.api_timeout_seconds))),
-    )
-    parser.add_argument(
-        "--stuck-seconds",
-        type=float,
-        default=float(env(f"{prefix}_STUCK_SECONDS", str(d.stuck_seconds))),
+    add_env_flag(parser, prefix, "leader-election-namespace", d.leader_election_namespace)
+    add_env_flag(parser, prefix, "leader-election-id", leader_election_id)
+    add_env_flag(parser, prefix, "api-timeout-seconds", d.api_timeout_seconds, float)
+    add_env_flag(
+        parser,
+        prefix,
+        "stuck-seconds",
+        d.stuck_seconds,
+        float,
         help="liveness fails when one reconcile has run this long",
     )
 

@@ -33,7 +33,6 @@ from operators.endpointattachment.constants import ENDPOINT_ATTACHMENT_KIND, IP_
 from operators.endpointattachment.world import ALLOCATIONS, ATTACHMENTS, CLAIMS
 from shared.conditions import JsonPatch
 from shared.kube import ApiError, Obj
-from shared.runtime.cache import key_of
 from shared.runtime.controller import Conflict
 from shared.runtime.writes import Writer
 
@@ -65,10 +64,7 @@ async def mint(writer: Writer, allocation: Mapping[str, Any]) -> tuple[Minted, O
 
 async def release(writer: Writer, allocation: Mapping[str, Any]) -> None:
     """Delete exactly this allocation (UID precondition) and drop it from the cache."""
-    await writer.delete(ALLOCATIONS, allocation)
-    informer = writer.informer_of(ALLOCATIONS)
-    if informer is not None:
-        informer.forget(key_of(allocation))
+    await writer.delete(ALLOCATIONS, allocation, forget=True)  # allocations carry no finalizer
 
 
 async def bind_claim(writer: Writer, claim: Mapping[str, Any], user: Mapping[str, str]) -> Obj | None:

@@ -10,12 +10,11 @@ Does not: read anything but the command line and the environment.
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from shared.operator import RuntimeSettings, add_runtime_flags, runtime_settings
+from shared.operator import RuntimeSettings, add_env_flag, add_runtime_flags, runtime_settings
 
 # Environment variables of this operator start with this.
 ENV_PREFIX: Final = "EA"
@@ -35,21 +34,12 @@ class Settings:
 
 
 def parse(argv: Sequence[str] | None = None) -> Settings:
-    env = os.environ.get
     d = Settings()
     parser = argparse.ArgumentParser(prog="python -m operators.endpointattachment", description=__doc__)
     add_runtime_flags(parser, ENV_PREFIX, LEADER_ELECTION_ID)
-    parser.add_argument("--workers", type=int, default=int(env(f"{ENV_PREFIX}_WORKERS", str(d.workers))))
-    parser.add_argument(
-        "--repair-interval-seconds",
-        type=float,
-        default=float(env(f"{ENV_PREFIX}_REPAIR_INTERVAL_SECONDS", str(d.repair_interval_seconds))),
-    )
-    parser.add_argument(
-        "--repair-grace-seconds",
-        type=float,
-        default=float(env(f"{ENV_PREFIX}_REPAIR_GRACE_SECONDS", str(d.repair_grace_seconds))),
-    )
+    add_env_flag(parser, ENV_PREFIX, "workers", d.workers, int)
+    add_env_flag(parser, ENV_PREFIX, "repair-interval-seconds", d.repair_interval_seconds, float)
+    add_env_flag(parser, ENV_PREFIX, "repair-grace-seconds", d.repair_grace_seconds, float)
     args = parser.parse_args(argv)
     return Settings(
         runtime=runtime_settings(args),

@@ -12,12 +12,11 @@ Does not: read anything but its arguments and the environment, or start anything
 from __future__ import annotations
 
 import argparse
-import os
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from shared.operator import RuntimeSettings, add_runtime_flags, runtime_settings
+from shared.operator import RuntimeSettings, add_env_flag, add_runtime_flags, runtime_settings
 
 # The prefix of every environment variable, and the Lease the replicas elect a leader through.
 ENV_PREFIX: Final = "GPUCLASS"
@@ -40,36 +39,21 @@ class Settings:
 
 
 def parse(argv: Sequence[str] | None = None) -> Settings:
-    env = os.environ.get
     defaults = Settings()
     parser = argparse.ArgumentParser(prog="python -m operators.gpuclass", description=__doc__)
     add_runtime_flags(parser, ENV_PREFIX, LEADER_ELECTION_ID)
-    parser.add_argument(
-        "--kubevirt-namespace", default=env(f"{ENV_PREFIX}_KUBEVIRT_NAMESPACE", defaults.kubevirt_namespace)
-    )
-    parser.add_argument(
-        "--kubevirt-name",
-        default=env(f"{ENV_PREFIX}_KUBEVIRT_NAME", defaults.kubevirt_name),
+    add_env_flag(parser, ENV_PREFIX, "kubevirt-namespace", defaults.kubevirt_namespace)
+    add_env_flag(
+        parser,
+        ENV_PREFIX,
+        "kubevirt-name",
+        defaults.kubevirt_name,
         help="empty: list the namespace and take the single KubeVirt CR",
     )
-    parser.add_argument(
-        "--debounce-seconds",
-        type=float,
-        default=float(env(f"{ENV_PREFIX}_DEBOUNCE_SECONDS", str(defaults.debounce_seconds))),
-    )
-    parser.add_argument(
-        "--max-delay-seconds",
-        type=float,
-        default=float(env(f"{ENV_PREFIX}_MAX_DELAY_SECONDS", str(defaults.max_delay_seconds))),
-    )
-    parser.add_argument(
-        "--kubevirt-recheck-seconds",
-        type=float,
-        default=float(env(f"{ENV_PREFIX}_KUBEVIRT_RECHECK_SECONDS", str(defaults.kubevirt_recheck_seconds))),
-    )
-    parser.add_argument(
-        "--events-namespace", default=env(f"{ENV_PREFIX}_EVENTS_NAMESPACE", defaults.events_namespace)
-    )
+    add_env_flag(parser, ENV_PREFIX, "debounce-seconds", defaults.debounce_seconds, float)
+    add_env_flag(parser, ENV_PREFIX, "max-delay-seconds", defaults.max_delay_seconds, float)
+    add_env_flag(parser, ENV_PREFIX, "kubevirt-recheck-seconds", defaults.kubevirt_recheck_seconds, float)
+    add_env_flag(parser, ENV_PREFIX, "events-namespace", defaults.events_namespace)
     args = parser.parse_args(argv)
     return Settings(
         runtime=runtime_settings(args),

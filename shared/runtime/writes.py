@@ -79,16 +79,21 @@ class Writer:
         self.remember(resource, updated)
         return updated
 
-    async def delete(self, resource: Resource, obj: Mapping[str, Any]) -> bool:
+    async def delete(self, resource: Resource, obj: Mapping[str, Any], *, forget: bool = False) -> bool:
         """Delete exactly this incarnation (UID precondition). False when it was already gone; a
-        different incarnation under the name (409) is a ``Conflict``."""
+        different incarnation under the name (409) is a ``Conflict``. ``forget``: the kind carries
+        no finalizer, so the object is gone once answered: drop it from the cache at once."""
         self._gate()
         try:
-            return await self.kube.delete(_path(resource, obj), uid=(obj.get("metadata") or {}).get("uid"))
+            deleted = await self.kube.delete(_path(resource, obj), uid=(obj.get("metadata") or {}).get("uid"))
         except ApiError as error:
             if error.status == 409:
                 raise Conflict(str(error)) from None
             raise
+        informer = self.informer_of(resource) if forget else None
+        if informer is not None:
+            informer.forget(key_of(obj))
+        return deleted
 
     async def patch_status(self, resource: Resource, obj: Mapping[str, Any], ops: JsonPatch) -> Obj | None:
         """Apply a status JSON patch pinned to the object's UID; nothing when ``ops`` is empty.

@@ -437,8 +437,8 @@ class Recorded:
 
 class RecordingWriter:
     """The ``Writer`` surface the reconcilers use: each write is recorded and its answer goes into
-    the caches at once (write-through), as the runtime's writer does; deletes of allocations are
-    forgotten by the allocator, through ``informer_of``."""
+    the caches at once (write-through), as the runtime's writer does; a delete with ``forget``
+    (allocations) drops the object from the caches at once, as the runtime's writer does."""
 
     def __init__(self, caches: StaticCaches) -> None:
         self.caches, self.calls = caches, Recorded().calls
@@ -457,15 +457,6 @@ class RecordingWriter:
             self.caches.store(resource).upsert(obj)
         return obj
 
-    def informer_of(self, resource: Resource) -> Any:
-        store = self.caches.store(resource)
-
-        class Forgetting:
-            def forget(self, key: Key) -> None:
-                store.delete(key)
-
-        return Forgetting()
-
     async def create(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
         self.calls.append(("create", resource.plural, body["metadata"]["name"]))
         return self._answer(resource, body)
@@ -474,8 +465,10 @@ class RecordingWriter:
         self.calls.append(("patch", resource.plural, obj["metadata"]["name"]))
         return self._answer(resource, obj)
 
-    async def delete(self, resource: Resource, obj: Mapping[str, Any]) -> bool:
+    async def delete(self, resource: Resource, obj: Mapping[str, Any], *, forget: bool = False) -> bool:
         self.calls.append(("delete", resource.plural, obj["metadata"]["name"]))
+        if forget:
+            self.caches.store(resource).delete(key_of(obj))
         return True
 
     async def patch_status(self, resource: Resource, obj: Mapping[str, Any], ops: list[Any]) -> Obj | None:
