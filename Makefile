@@ -1,6 +1,7 @@
 # The two commands a newcomer needs:  make demo  and  make test.  Everything else is a step of those.
-# Each target sets up what it needs on a fresh machine: the virtualenv from the pinned set, and the
-# local control plane built from Go modules (cached under ~/.cache/cozystack-operators).
+# Each target sets up what it needs on a fresh machine: the virtualenv from the pinned set, the local
+# control plane and the real programs run beside the operators (MetalLB's controller, Jaeger,
+# promtool, Helm), all built from Go modules and cached under ~/.cache/cozystack-operators.
 
 PYTHON ?= python3
 VENV   := .venv
@@ -8,7 +9,9 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml requirements.lock | sha256sum | cut -c1-12)
 PYTEST_ARGS ?=
 
-.PHONY: help venv controlplane lint unit integration test demo bench cluster cluster-down lock clean
+TOOLS  := metallb jaeger promtool helm
+
+.PHONY: help venv controlplane tools lint unit integration test demo bench cluster cluster-down lock clean
 
 help:
 	@echo "make test          lint + unit + integration tests (builds what it needs)"
@@ -29,6 +32,10 @@ venv: $(STAMP)
 controlplane:
 	@hack/build-controlplane.sh >/dev/null
 
+# Each is built once per pin (hack/tools/<name>/go.mod); an unchanged pin costs one hash.
+tools:
+	@for tool in $(TOOLS); do hack/build-tool.sh $$tool >/dev/null || exit 1; done
+
 lint: venv
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
@@ -38,16 +45,16 @@ lint: venv
 unit: venv
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
-integration: venv controlplane
+integration: venv controlplane tools
 	$(PY) -m pytest tests/integration $(PYTEST_ARGS)
 
-test: lint controlplane
+test: lint controlplane tools
 	$(PY) -m pytest tests $(PYTEST_ARGS)
 
-demo: venv controlplane
+demo: venv controlplane tools
 	$(PY) -m hack.demo
 
-bench: venv controlplane
+bench: venv controlplane tools
 	$(PY) -m bench
 
 cluster: controlplane

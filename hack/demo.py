@@ -1,13 +1,17 @@
 """make demo: both operators on the local control plane with sample objects, and what people see.
 
 It starts the local control plane, installs each operator's CRDs with kubectl
-(``kubectl apply -k config/crd/<operator>``), runs both operators, plays the missing parts
-(kubelets, the load balancer), creates a small GPU cloud and a tenant with a database and a VM,
-then prints what a tenant sees and what a hoster sees.
+(``kubectl apply -k config/crd/<operator>``), runs both operators and MetalLB's controller (an
+IPAddressPool per IPAddressClass, as a hoster declares them), plays the kubelets, creates a small
+GPU cloud and a tenant with a database and a VM, then prints what a tenant sees and what a hoster
+sees.
 It waits for Ctrl-C (or, with ``--once``, stops right away) and leaves nothing running.
 
-Set ``OTEL_EXPORTER_OTLP_ENDPOINT`` (e.g. Jaeger all-in-one's ``http://localhost:4318``) before
-``make demo`` and the operators' traces go there.
+It also starts a real Jaeger (v2, in-memory, built and cached like the control plane:
+``hack/jaeger.py``), points both operators' OTLP exporter at it, and ends with the story of one
+attachment read back from Jaeger's query API as a terminal waterfall (``hack/waterfall.py``). With
+``OTEL_EXPORTER_OTLP_ENDPOINT`` already set, the operators' traces go there instead, and no Jaeger
+is started.
 """
 
 from __future__ import annotations
@@ -20,7 +24,8 @@ import signal
 import socket
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Iterator, Mapping
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -28,10 +33,17 @@ import httpx
 import yaml
 
 from hack.devcluster import ROOT, ClusterInfo, LocalControlPlane
+from hack.jaeger import Jaeger, running_jaeger
+from hack.metallb import metallb
+from hack.waterfall import Span, passes_of, render_waterfall
 from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
-from tests.support.loadbalancer import load_balancer
 
 TENANT = "tenant-demo"
+# The attachment whose story the demo draws from Jaeger: bound to a claim, so its passes link to the
+# claim's pass that minted the address it publishes.
+STORY_ATTACHMENT = "vm1-ssh"
+EA_TRACE_SERVICE = "cozystack-endpointattachment-operator"
+TRACE_WAIT_SECONDS = 30.0  # the operators' span batches reach Jaeger within this
 # Each operator's CRDs, one kustomization apiece (kubectl apply -k takes one directory).
 CRD_DIRS = ("config/crd/gpuclass", "config/crd/endpointattachment")
 H200, L40S, RTX4090 = (
@@ -297,9 +309,11 @@ async def build_world(kube: Kube, cluster: ClusterInfo) -> None:
 
 
 @contextlib.asynccontextmanager
-async def operator(module: str, cluster: ClusterInfo, log: Path) -> AsyncIterator[int]:
+async def operator(
+    module: str, cluster: ClusterInfo, log: Path, tracing: Mapping[str, str]
+) -> AsyncIterator[int]:
     port = free_port()
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", **tracing}
     args = [
         "--kubeconfig",
         cluster.kubeconfig,
@@ -351,7 +365,9 @@ def _ready(obj: Obj) -> tuple[str, str, str]:
     return "", "", ""
 
 
-async def show(kube: Kube, cluster: ClusterInfo, ports: Mapping[str, int]) -> None:
+async def show(
+    kube: Kube, cluster: ClusterInfo, ports: Mapping[str, int], jaeger: Jaeger | None, since: datetime
+) -> None:
     bar = "=" * 100
     print(f"\n{bar}\nWHAT A TENANT SEES\n{bar}")
     print("$ kubectl get gpuclasses            # can a VM of this class start now, and how big?")
@@ -391,15 +407,58 @@ async def show(kube: Kube, cluster: ClusterInfo, ports: Mapping[str, int]) -> No
                 if line.startswith(wanted):
                     print(f"  {line}")
     print(f"\n{bar}\nTRACES\n{bar}")
-    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
-        print(f"Spans went to {os.environ['OTEL_EXPORTER_OTLP_ENDPOINT']}: open Jaeger and pick a service")
-        print("cozystack-gpuclass-operator or cozystack-endpointattachment-operator.")
-    else:
-        print("Tracing is off. Start Jaeger all-in-one (OTLP on :4318), then:")
-        print("  OTEL_EXPORTER_OTLP_ENDPOINT=http://localhost:4318 make demo")
-        print("and open http://localhost:16686 (service: cozystack-endpointattachment-operator).")
+    await show_traces(kube, jaeger, since)
     print(f"\nThe control plane stays up until you stop the demo:\n  export KUBECONFIG={cluster.kubeconfig}")
     print(f"  alias kubectl={cluster.kubectl}")
+
+
+async def show_traces(kube: Kube, jaeger: Jaeger | None, since: datetime) -> None:
+    """The story of one attachment, from Jaeger's query API, and how to get the same elsewhere."""
+    if jaeger is None:
+        endpoint = os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT", "")
+        print(f"Spans went to your collector at {endpoint}: look for service {EA_TRACE_SERVICE}.")
+    else:
+        attachment = await kube.get(ATTACHMENTS.path(TENANT, STORY_ATTACHMENT))
+        uid = str((attachment or {}).get("metadata", {}).get("uid", ""))
+        spans = jaeger.find_spans(EA_TRACE_SERVICE, since)
+        deadline = asyncio.get_running_loop().time() + TRACE_WAIT_SECONDS
+        while not _story_told(spans, uid) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.5)  # polling Jaeger for the last batch of spans, bounded
+            spans = jaeger.find_spans(EA_TRACE_SERVICE, since)
+        traces = len({s.trace_id for s in spans})
+        print(f"Jaeger ({jaeger.query_url}) holds {traces} traces of {EA_TRACE_SERVICE};")
+        print(f"the life of EndpointAttachment {TENANT}/{STORY_ATTACHMENT}, one reconcile pass per row:\n")
+        print(render_waterfall(spans, uid))
+        print(
+            "Read it as: each pass is a trace of its own; ← links a pass to the one before it over the same"
+        )
+        print("object; ⇠ links it to the pass that wrote what it read (here the claim's pass that minted its")
+        print("address). Objects written by people (the IPAddressClass, the claim's spec) carry no writer.")
+        print(f"Query it yourself: curl '{jaeger.query_url}/api/services'")
+    print("\nIn a real cluster, point each operator at your OTLP/HTTP collector (Jaeger, Tempo, ...):")
+    print("  helm upgrade ... --set otel.endpoint=http://jaeger-collector.monitoring:4318")
+    print("  or set OTEL_EXPORTER_OTLP_ENDPOINT in config/manager/<operator>/deployment.yaml")
+    print("See docs/hosters/tracing.md.")
+
+
+def _story_told(spans: list[Span], uid: str) -> bool:
+    """Jaeger holds the attachment's passes up to the one that published it, and every link resolves."""
+    ids = {(s.trace_id, s.span_id) for s in spans}
+    passes = passes_of(spans, uid)
+    published = any("Published" in str(p.attributes.get("condition.reasons")) for p in passes)
+    return published and all((link.trace_id, link.span_id) in ids for p in passes for link in p.links)
+
+
+@contextlib.contextmanager
+def tracing_backend(logs: Path) -> Iterator[tuple[Jaeger | None, dict[str, str]]]:
+    """A local Jaeger and the operators' environment for it; none when the user set an endpoint."""
+    if os.environ.get("OTEL_EXPORTER_OTLP_ENDPOINT"):
+        yield None, {}
+        return
+    print("starting Jaeger (the first run builds it from Go modules, a few minutes)...")
+    with running_jaeger(logs / "jaeger") as jaeger:
+        print(f"Jaeger ready: OTLP {jaeger.otlp_endpoint}, query API {jaeger.query_url}")
+        yield jaeger, {"OTEL_EXPORTER_OTLP_ENDPOINT": jaeger.otlp_endpoint, "OTEL_BSP_SCHEDULE_DELAY": "200"}
 
 
 async def demo(once: bool) -> None:
@@ -412,27 +471,41 @@ async def demo(once: bool) -> None:
         kubectl(cluster, "wait", "--for=condition=Established", "--all", "crd")
         await install_platform_crds(kube, cluster)
         logs = Path(cluster.kubeconfig).parent / "logs"
-        async with (
-            operator("operators.gpuclass", cluster, logs / "gpuclass-operator.log") as gpu_port,
-            operator(
-                "operators.endpointattachment", cluster, logs / "endpointattachment-operator.log"
-            ) as ea_port,
-            load_balancer(kube),
-        ):
-            print(f"operators running (logs in {logs}); building the sample world...")
-            await build_world(kube, cluster)
-            deadline = asyncio.get_running_loop().time() + 90
-            while not await converged(kube) and asyncio.get_running_loop().time() < deadline:
-                await asyncio.sleep(0.5)  # polling the objects' status, bounded by the deadline
-            await show(kube, cluster, {"gpuclass": gpu_port, "endpointattachment": ea_port})
-            if not once:
-                print("\nPress Ctrl-C to stop the demo.")
-                stop = asyncio.Event()
-                loop = asyncio.get_running_loop()
-                for sig in (signal.SIGINT, signal.SIGTERM):
-                    loop.add_signal_handler(sig, stop.set)
-                await stop.wait()
-    print("demo stopped: operators and control plane are down, nothing left running")
+        since = datetime.now(UTC) - timedelta(seconds=5)
+        with tracing_backend(logs) as (jaeger, tracing):
+            await run_operators(kube, cluster, logs, jaeger, tracing, since, once)
+    print("demo stopped: operators, Jaeger and control plane are down, nothing left running")
+
+
+async def run_operators(
+    kube: Kube,
+    cluster: ClusterInfo,
+    logs: Path,
+    jaeger: Jaeger | None,
+    tracing: Mapping[str, str],
+    since: datetime,
+    once: bool,
+) -> None:
+    async with (
+        operator("operators.gpuclass", cluster, logs / "gpuclass-operator.log", tracing) as gpu_port,
+        operator(
+            "operators.endpointattachment", cluster, logs / "endpointattachment-operator.log", tracing
+        ) as ea_port,
+        metallb(kube, cluster.kubeconfig, logs / "metallb.log"),
+    ):
+        print(f"operators running (logs in {logs}); building the sample world...")
+        await build_world(kube, cluster)
+        deadline = asyncio.get_running_loop().time() + 90
+        while not await converged(kube) and asyncio.get_running_loop().time() < deadline:
+            await asyncio.sleep(0.5)  # polling the objects' status, bounded by the deadline
+        await show(kube, cluster, {"gpuclass": gpu_port, "endpointattachment": ea_port}, jaeger, since)
+        if not once:
+            print("\nPress Ctrl-C to stop the demo.")
+            stop = asyncio.Event()
+            loop = asyncio.get_running_loop()
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                loop.add_signal_handler(sig, stop.set)
+            await stop.wait()
 
 
 def main() -> None:

@@ -613,7 +613,8 @@ class Kube:
         if method == "GET":
             return await self._send(method, path, body, params, content_type)
         note_write()
-        if self.tracer is None:
+        if self.tracer is None or not trace.get_current_span().get_span_context().is_valid:
+            # Outside a pass (a lease renewal, say) a write is no trace of its own.
             return await self._send(method, path, body, params, content_type)
         attributes = {"http.request.method": method, "k8s.request.path": path}
         with self.tracer.start_as_current_span(

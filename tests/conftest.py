@@ -15,6 +15,7 @@ import pytest
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
 from shared.kube import NAMESPACES, PODS, Kube
+from tests.support.loadbalancer import load_balancer_session
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -34,8 +35,11 @@ def cluster() -> Iterator[ClusterInfo]:
 
 
 @pytest.fixture(scope="session")
-async def kube(cluster: ClusterInfo) -> Kube:
-    return await Kube.connect(cluster.kubeconfig)
+async def kube(cluster: ClusterInfo) -> AsyncIterator[Kube]:
+    # The first load_balancer(kube) starts MetalLB, later ones share it; it stops here, before the
+    # control plane does.
+    async with load_balancer_session():
+        yield await Kube.connect(cluster.kubeconfig)
 
 
 @pytest.fixture

@@ -4,7 +4,7 @@ One run starts its own local control plane (``hack.devcluster.LocalControlPlane`
 operator's CRDs and Flux's HelmRelease CRD, and measures two scenarios into one table:
 
 * ``attach``: 1,000 EndpointAttachments from one IPAddressClass on a few applications' endpoints, made
-  Ready by the operator (a subprocess) and a load balancer the benchmark plays; create-to-Ready p50 and
+  Ready by the operator (a subprocess) and MetalLB's real controller; create-to-Ready p50 and
   p99 as ratios against creating the same LoadBalancer Service directly, at the same concurrency
   (target: p50 at most 2x). See ``attach``.
 * ``mint``: 2,000 addresses from a /21 minted by 4 processes running the operator's minting code;

@@ -1,28 +1,34 @@
 """Scenario 1: many EndpointAttachments from one class converge to Ready, against a plain LB Service.
 
-The benchmark plays what the local control plane lacks: Cozystack's lineage webhook (labels on the
-applications' endpoint Services), the kubelet (one Pod per application, marked Ready with an IP, so
-the endpoint-slice controller gives every rendered Service a backend) and the load balancer
-(``streams.WatchingBalancer``). The operator runs as a subprocess (``python -m
-operators.endpointattachment``) with the admin kubeconfig: its RBAC is the integration tests' concern.
+The load balancer is MetalLB's real controller (``hack.metallb``), with an IPAddressPool for the
+attachments' class (declared by the mirror, as a hoster would) and one for the baseline's addresses
+(declared directly); a watch (``streams.BalancerWatch``) records when it answers. The benchmark plays
+what else the local control plane lacks: Cozystack's lineage webhook (labels on the applications'
+endpoint Services) and the kubelet (one Pod per application, marked Ready with an IP, so the
+endpoint-slice controller gives every rendered Service a backend). The operator runs as a subprocess
+(``python -m operators.endpointattachment``) with the admin kubeconfig: its RBAC is the integration
+tests' concern.
 
 Measured, at the same steady concurrency (``in_flight`` objects created and not yet done, each slot
 refilled as soon as its object is done), timestamps in the benchmark process:
 
 * baseline: ``create`` of a LoadBalancer Service shaped exactly as the operator renders one (the
-  operator's own ``render_service``, minus the owner reference) until a watch on Services sees the
-  balancer's ``status.loadBalancer.ingress`` holding its address;
+  operator's own ``render_service``, minus the owner reference) until a watch on Services sees
+  MetalLB's ``status.loadBalancer.ingress`` holding its address;
 * attachments: ``create`` of an EndpointAttachment until a watch on attachments sees its ``Ready``
   condition True. Stages on the way, from the same watches: the operator's first pass (our finalizer
   on the attachment), the allocation of its address (watch on allocations), the rendered Service (the
-  balancer's watch), the balancer's answer, and Ready.
+  load balancer's watch), MetalLB's answer, and Ready.
 
 The baseline runs first, with the operator already running (and warmed up by one attachment), so both
-see the same control plane, the same operator process and the same balancer. Context figures say where
-the time goes: CPU seconds of the operator, the API server, the controller manager and etcd (the
-launcher process), of the benchmark itself and of anything else on the machine; the operator's passes
-from its own metrics; the status writes to the class (each wakes every attachment of the class); and
-the requests the API server counted by verb and resource (``apiserver_request_total``).
+see the same control plane, the same operator process and the same MetalLB; its Services are deleted
+before the attachments' phase (and MetalLB has released their addresses), because MetalLB reprocesses
+every Service after each new allocation: both phases then run beside as many Services. Context
+figures say where the time goes: CPU seconds of the operator, MetalLB, the API server, the controller
+manager and etcd (the launcher process), of the benchmark itself and of anything else on the
+machine; the operator's passes from its own metrics; the status writes to the class (each wakes every
+attachment of the class); and the requests the API server counted by verb and resource
+(``apiserver_request_total``).
 """
 
 from __future__ import annotations
@@ -41,7 +47,7 @@ from typing import Any
 from bench.endpointattachment.apimetrics import ApiServerMetrics, RequestKey, count
 from bench.endpointattachment.report import MULTIPLY, Row, duration, percentile, ratio
 from bench.endpointattachment.streams import (
-    WatchingBalancer,
+    BalancerWatch,
     cpu_seconds,
     follow,
     ingress_ips,
@@ -49,6 +55,7 @@ from bench.endpointattachment.streams import (
     own_cpu_seconds,
     supervised,
 )
+from hack.metallb import MetalLB, declare_pool, metallb
 from operators.endpointattachment.addresses import parse_address
 from operators.endpointattachment.constants import (
     API_VERSION,
@@ -81,6 +88,10 @@ CLASS_NAME = "bench-attach"
 # RFC 2544's benchmarking range: attachments mint from the first /22, the baseline uses the next one.
 ATTACH_NETWORK = "198.18.0.0"
 BASELINE_NETWORK = "198.18.16.0"
+BASELINE_POOL = "bench-baseline"  # the hoster's own MetalLB pool of the baseline's addresses
+# What MetalLB's log says when it reprocesses every Service, and when the API refused its status write.
+METALLB_RELOAD = '"event":"force service reload"'
+METALLB_CONFLICT = "Operation cannot be fulfilled on services"
 RATIO_TARGET = 2.0  # issue 9: create → Ready p50 at most twice a direct LoadBalancer Service create
 OTHERS = "everything else on the machine"
 SHARED_MACHINE_WARNING = 0.2  # of a core
@@ -97,7 +108,6 @@ class AttachOptions:
     item_timeout: float = 120.0  # one object's create-to-done, at most
     phase_timeout: float = 300.0  # no new object is created after this
     operator_workers: int = 8
-    balancer_concurrency: int = 16
 
 
 @dataclass(frozen=True)
@@ -318,15 +328,17 @@ class Usage:
 
     pids: ClusterPids
     operator: RunningOperator
+    balancer: MetalLB
     start: dict[str, float] = field(default_factory=dict)
 
     def sample(self) -> dict[str, float]:
         tracked = {
             "operator": cpu_seconds(self.operator.process.pid or 0),
+            "MetalLB controller": cpu_seconds(self.balancer.process.pid or 0),
             "kube-apiserver": cpu_seconds(self.pids.apiserver),
             "etcd (in the launcher)": cpu_seconds(self.pids.launcher),
             "kube-controller-manager": cpu_seconds(self.pids.controllers),
-            "benchmark (driver, watches, balancer)": own_cpu_seconds(),
+            "benchmark (driver, watches)": own_cpu_seconds(),
         }
         # Whatever else ran on the machine meanwhile (other benchmarks, tests) competes for its cores.
         tracked[OTHERS] = machine_cpu_seconds() - sum(tracked.values())
@@ -345,7 +357,7 @@ class Usage:
 class Observers:
     """Everything the benchmark watches while the operator runs."""
 
-    balancer: WatchingBalancer
+    balancer: BalancerWatch
     attachments: Milestones = field(
         default_factory=lambda: Milestones(
             {"stamped": has_finalizer, "ready": lambda o: condition_true(o, "Ready")}, final="ready"
@@ -393,7 +405,30 @@ async def run(
     endpoints = await install_world(kube, options)
     address_class = await kube.get(CLASSES.path(name=CLASS_NAME))
     assert address_class is not None
-    seen = Observers(WatchingBalancer(await Kube.connect(kubeconfig), options.balancer_concurrency))
+    async with metallb(kube, kubeconfig, log_path.parent / "metallb.log") as balancer:
+        await declare_pool(kube, BASELINE_POOL, [f"{BASELINE_NETWORK}/{options.prefix}"])
+        await balancer.wait_for_pool(BASELINE_POOL)
+        say(
+            f"attach: MetalLB up, pools {sorted(balancer.mirror.declared if balancer.mirror else {})} and "
+            f"{BASELINE_POOL} loaded (log: {balancer.log_path})"
+        )
+        return await _run_with(
+            options, kube, kubeconfig, endpoints, address_class, balancer, pids, log_path, say
+        )
+
+
+async def _run_with(
+    options: AttachOptions,
+    kube: Kube,
+    kubeconfig: str,
+    endpoints: list[Endpoint],
+    address_class: Obj,
+    balancer: MetalLB,
+    pids: ClusterPids,
+    log_path: Path,
+    say: Callable[[str], None],
+) -> AttachResult:
+    seen = Observers(BalancerWatch(await Kube.connect(kubeconfig)))
     watches = [
         supervised(
             follow(kube, ATTACHMENTS.path(NAMESPACE), seen.attachments.on_event), "attachment watch", say
@@ -406,7 +441,9 @@ async def run(
     args = [f"--workers={options.operator_workers}"]
     try:
         async with operator_process("operators.endpointattachment", kubeconfig, args, log_path) as operator:
-            return await _measure(options, kube, endpoints, address_class, operator, pids, seen, api, say)
+            return await _measure(
+                options, kube, endpoints, address_class, operator, balancer, pids, seen, api, say
+            )
     finally:
         await api.close()
         await seen.balancer.stop()
@@ -423,6 +460,7 @@ async def _measure(
     endpoints: list[Endpoint],
     address_class: Obj,
     operator: RunningOperator,
+    balancer: MetalLB,
     pids: ClusterPids,
     seen: Observers,
     api: ApiServerMetrics,
@@ -454,7 +492,7 @@ async def _measure(
     warmup = await drive(["warmup"], create_attachment, seen.attachments, warm)
     if warmup.timed_out or warmup.failed:
         raise AssertionError(f"the warm-up attachment did not get Ready:\n{operator.log_tail(60)}")
-    usage = Usage(pids, operator)
+    usage = Usage(pids, operator, balancer)
     # Watched only while the baseline runs: in the attachments' phase it would only add work here.
     baseline_watch = supervised(
         follow(kube, SERVICES.path(NAMESPACE), seen.baseline.on_event, label_selector=ATTACHMENT_LABEL),
@@ -472,6 +510,11 @@ async def _measure(
         baseline_watch.cancel()
         with contextlib.suppress(asyncio.CancelledError, ApiError):
             await baseline_watch
+    # MetalLB reprocesses every Service after each new allocation: both phases must run beside as many.
+    say("attach: deleting the baseline's Services; MetalLB releases their addresses")
+    for name in ["base-warmup", *base.driven.created_at]:
+        await kube.delete(SERVICES.path(NAMESPACE, name))
+    await balancer.wait_for_pool(BASELINE_POOL, WARMUP_TIMEOUT, assigned=0)
 
     say(f"attach: {count:,} EndpointAttachments, {options.in_flight} in flight")
     before, writes_before, served = await operator.scrape(), len(seen.class_writes), await api.requests()
@@ -494,6 +537,13 @@ async def _measure(
     notes = [await _check(kube, names)]
     if operator.process.returncode is not None:
         notes.append(f"the operator DIED during the run; log: {operator.log_path}")
+    if not balancer.running():
+        notes.append(f"MetalLB DIED during the run; log: {balancer.log_path}")
+    log = balancer.log_path.read_text(errors="replace")
+    notes.append(
+        f"MetalLB over the whole run: {log.count(METALLB_RELOAD)} reloads (each reprocesses every "
+        f"Service), {log.count(METALLB_CONFLICT)} Service status writes refused by a conflict and retried"
+    )
     if "Traceback" in operator.log_path.read_text(errors="replace"):
         notes.append(f"the operator logged a traceback; log: {operator.log_path}")
     rows, more = _rows(options, phase, base, seen)
@@ -583,7 +633,7 @@ def _rows(options: AttachOptions, phase: Phase, base: Phase, seen: Observers) ->
         Row(
             "  baseline: LB Service create → ingress, p50 / p99",
             _p50_p99(base_done),
-            ratio="same balancer, same concurrency",
+            ratio="same MetalLB, same concurrency",
         )
     )
     rows += _stage_rows(driven, base.driven, seen)
@@ -640,8 +690,6 @@ def _rows(options: AttachOptions, phase: Phase, base: Phase, seen: Observers) ->
         )
     if driven.failed or base.driven.failed:
         notes.append(f"failed creates: {[*driven.failed, *base.driven.failed][:5]}")
-    if seen.balancer.failures:
-        notes.append(f"the balancer's patches failed {seen.balancer.failures} times")
     others = phase.cpu.get(OTHERS, 0.0) / driven.wall if driven.wall else 0.0
     if others > SHARED_MACHINE_WARNING:
         notes.append(
@@ -669,7 +717,7 @@ def _stage_rows(driven: Driven, base: Driven, seen: Observers) -> list[Row]:
         ("first pass (create → finalizer)", driven.created_at, stamped),
         ("mint (finalizer → allocation)", stamped, seen.allocated_at),
         ("render (allocation → Service)", seen.allocated_at, service_seen),
-        ("balancer (Service → ingress)", service_seen, answered),
+        ("MetalLB (Service → ingress)", service_seen, answered),
         ("publish (ingress → Ready)", answered, done),
     ]
     rows = [Row(f"  stage: {label}, p50 / p99", _p50_p99(_stage(a, b, names))) for label, a, b in stages]
@@ -684,11 +732,10 @@ def _stage_rows(driven: Driven, base: Driven, seen: Observers) -> list[Row]:
         _stage(base.created_at, base.returned_at, base_names),
         _stage(base.created_at, base_seen, base_names),
         _stage(base_seen, base_answer, base_names),
-        _stage(base_answer, seen.baseline.at["answered"], base_names),
     )
     rows.append(
         Row(
-            "  baseline: POST answered; create → seen → answered → watched",
+            "  baseline: POST answered; create → seen → MetalLB's answer seen",
             " / ".join(duration(percentile(v, 0.5)) if v else "-" for v in steps),
             ratio="p50 of each",
         )

@@ -1,4 +1,4 @@
-"""What the benchmark watches and plays: list-then-watch streams, the load balancer, process CPU.
+"""What the benchmark watches: list-then-watch streams, the load balancer's answers, process CPU.
 
 Decides:
 
@@ -6,12 +6,11 @@ Decides:
   (the listed ones as ADDED); a stream the server closes resumes from the last resourceVersion seen
   (bookmarks included), an expired one (410) lists again. It runs until cancelled, with a bound on
   how often it may start over.
-* ``WatchingBalancer``: plays MetalLB for every Service carrying the attachment label, like
-  ``tests.support.loadbalancer.FakeLoadBalancer`` (the address of the provider annotation goes to
-  ``status.loadBalancer.ingress``), but answers from its watch with up to ``concurrency`` status
-  patches in flight, so that it never queues a burst behind one patch at a time, and it records when
-  it first saw each Service and when its patch returned. The baseline Services and the rendered ones
-  go through the very same balancer.
+* ``BalancerWatch``: one watch of every Service carrying the attachment label, recording when it first
+  saw each Service and when it first saw the load balancer's answer (``status.loadBalancer.ingress``
+  holding the address of the provider annotation). The load balancer is MetalLB's real controller
+  (``hack.metallb``); the baseline Services and the rendered ones go through the very same MetalLB
+  and the very same watch. Nothing here writes a Service.
 * CPU seconds of a process (``/proc``), to tell where the time went.
 
 Timestamps are ``time.perf_counter()`` of the benchmark process, taken when the event is handled.
@@ -94,60 +93,38 @@ def ingress_ips(service: Obj) -> list[str]:
     return [str(entry.get("ip")) for entry in ingress]
 
 
-class WatchingBalancer:
-    """The load balancer, answering from one watch of every labelled Service (see the module doc)."""
+class BalancerWatch:
+    """When each labelled Service was first seen, and first seen answered (see the module doc)."""
 
-    def __init__(self, kube: Kube, concurrency: int = 16) -> None:
+    def __init__(self, kube: Kube) -> None:
         self.kube = kube
-        self.limit = asyncio.Semaphore(concurrency)
         self.seen_at: dict[Key, float] = {}
         self.answered_at: dict[Key, float] = {}
-        self.failures = 0
-        self._in_flight: set[str] = set()  # UIDs with a patch on its way
-        self._tasks: set[asyncio.Task[None]] = set()
         self._runner: asyncio.Task[None] | None = None
 
     def start(self, say: Callable[[str], None]) -> None:
         self._runner = supervised(
             follow(self.kube, SERVICES.path(), self.on_event, label_selector=ATTACHMENT_LABEL),
-            "the balancer's watch",
+            "the load balancer's watch",
             say,
         )
 
     async def stop(self) -> None:
-        for task in [self._runner, *self._tasks]:
-            if task is not None:
-                task.cancel()
-        for task in [self._runner, *self._tasks]:
-            if task is not None:
-                with contextlib.suppress(asyncio.CancelledError, ApiError):
-                    await task
+        if self._runner is not None:
+            self._runner.cancel()
+            with contextlib.suppress(asyncio.CancelledError, ApiError):
+                await self._runner
 
     def on_event(self, kind: str, service: Obj) -> None:
         metadata = service.get("metadata") or {}
         key = (str(metadata.get("namespace")), str(metadata.get("name")))
         if kind == "DELETED" or metadata.get("deletionTimestamp"):
             return
-        self.seen_at.setdefault(key, time.perf_counter())
+        now = time.perf_counter()
+        self.seen_at.setdefault(key, now)
         address = provider_address(service)
-        uid = str(metadata.get("uid"))
-        if not address or ingress_ips(service) == [address] or uid in self._in_flight:
-            return
-        self._in_flight.add(uid)
-        task = asyncio.create_task(self._answer(key, uid, address))
-        self._tasks.add(task)
-        task.add_done_callback(self._tasks.discard)
-
-    async def _answer(self, key: Key, uid: str, address: str) -> None:
-        patch = {"status": {"loadBalancer": {"ingress": [{"ip": address, "ipMode": "VIP"}]}}}
-        try:
-            async with self.limit:
-                await self.kube.patch(SERVICES.path(*key) + "/status", patch, "merge")
-            self.answered_at.setdefault(key, time.perf_counter())
-        except ApiError:
-            self.failures += 1  # deleted meanwhile, or a conflict: the next event decides again
-        finally:
-            self._in_flight.discard(uid)
+        if address and ingress_ips(service) == [address]:
+            self.answered_at.setdefault(key, now)
 
 
 def cpu_seconds(pid: int) -> float:

@@ -131,10 +131,12 @@ class PassSpan:
         self.outcome = OUTCOME_CHANGED
 
     def read(self, *objects: Mapping[str, Any] | None) -> None:
-        """Link this pass to the passes that wrote the objects it read (each pass once)."""
+        """Link this pass to the passes that wrote the objects it read (each pass once; never to
+        itself, when it reads back what it wrote a moment ago)."""
+        own = _id(self.span.get_span_context())
         for obj in objects:
             written_by = extract(obj)
-            if written_by is not None and _id(written_by) not in self.linked:
+            if written_by is not None and _id(written_by) not in self.linked and _id(written_by) != own:
                 self.linked.add(_id(written_by))
                 self.span.add_link(written_by, {"link.kind": "written_by"})
 

@@ -2,9 +2,10 @@
 ServiceAccount and ClusterRole (config/rbac/endpointattachment), with the CRDs of
 config/crd/endpointattachment and Flux's real HelmRelease CRD.
 
-The tests play the missing parts through the API: Cozystack's lineage webhook (labels on the apps'
-Services), the kubelet (Pods marked Ready with an IP; the endpoint-slice controller does the rest),
-and the load balancer (``tests.support.loadbalancer``). Each test carries one of the design's proofs.
+The load balancer is MetalLB's real controller, with an IPAddressPool per IPAddressClass as a hoster
+declares them (``tests.support.loadbalancer``). The tests play the other missing parts through the
+API: Cozystack's lineage webhook (labels on the apps' Services) and the kubelet (Pods marked Ready
+with an IP; the endpoint-slice controller does the rest). Each test carries one of the design's proofs.
 """
 
 from __future__ import annotations
@@ -19,9 +20,12 @@ import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from hack.devcluster import ClusterInfo
+from hack.metallb import MetalLB
 from operators.endpointattachment.constants import (
     ATTACHMENT_LABEL,
     METALLB_IPS_ANNOTATION,
+    REASON_ADDRESS_NOT_ANNOUNCED,
+    REASON_ADDRESS_PENDING,
     SERVICE_PROXY_NAME_LABEL,
 )
 from shared.kube import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj
@@ -52,7 +56,7 @@ from tests.support.ea_cluster import (
     ea_operator,
     reconciles,
 )
-from tests.support.loadbalancer import FakeLoadBalancer, load_balancer
+from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS, load_balancer
 from tests.support.operators import RunningOperator
 from tests.support.otlp import attributes, otlp_receiver
 from tests.support.waiting import eventually, wait_for_object
@@ -73,7 +77,8 @@ async def operator(
 
 
 @pytest.fixture
-async def lb(kube: Kube) -> AsyncIterator[FakeLoadBalancer]:
+async def lb(kube: Kube) -> AsyncIterator[MetalLB]:
+    """MetalLB, one per session, answering every Service whose address is in a class's pool."""
     async with load_balancer(kube) as balancer:
         yield balancer
 
@@ -211,7 +216,7 @@ async def rendered(kube: Kube, namespace: str, attachment: str) -> Obj | None:
 
 
 async def test_minted_attachment_renders_a_mirroring_service_and_becomes_ready(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("it-mint", cidrs=["198.51.100.0/29"])
@@ -278,8 +283,52 @@ async def _more(operator: RunningOperator, before: float) -> bool:
     return await reconciles(operator) > before
 
 
+async def test_a_load_balancer_that_never_answers_leaves_the_attachment_not_ready(
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
+) -> None:
+    """The one misbehaving load balancer of the suite, a silent one: the class names a
+    loadBalancerClass no load balancer here serves, so nothing ever writes the rendered Service's
+    ingress (no test writes it either). The attachment reports that, not Ready, while an attachment
+    of a class MetalLB serves, rendered after it, is Published; once the hoster drops that
+    loadBalancerClass, the Service is rendered anew, MetalLB answers, and it is Published too."""
+    ns = tenant.namespace
+    await tenant.address_class(
+        "it-silent", cidrs=["198.51.100.96/29"], load_balancer_class=SILENT_LOAD_BALANCER_CLASS
+    )
+    await tenant.address_class("it-served", cidrs=["198.51.100.104/29"])
+    for app in ("silent", "served"):
+        await tenant.app(app)
+        await tenant.endpoint(f"postgres-{app}-rw", app, selector={"app": app})
+    await tenant.attachment("silent", "postgres-silent-rw", class_name="it-silent")
+    silent_service = await wait_for_object(kube, SERVICES, "ea-silent", lambda s: s is not None, namespace=ns)
+    assert silent_service is not None
+    assert silent_service["spec"]["loadBalancerClass"] == SILENT_LOAD_BALANCER_CLASS
+
+    await tenant.attachment("served", "postgres-served-rw", class_name="it-served")
+    await wait_attachment(kube, ns, "served", "True", "Published", operator)
+    unanswered = {("False", REASON_ADDRESS_PENDING), ("False", REASON_ADDRESS_NOT_ANNOUNCED)}
+    silent = await wait_for_object(
+        kube, ATTACHMENTS, "silent", lambda o: condition(o, "Ready") in unanswered, namespace=ns
+    )
+    assert condition(silent, "AddressBound")[0] == "True"
+    address = (silent or {})["status"]["address"]
+    service = await rendered(kube, ns, "silent")
+    assert service is not None
+    assert service["metadata"]["annotations"][METALLB_IPS_ANNOTATION] == address
+    assert not ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+
+    # The hoster fixes the class: MetalLB serves Services without a loadBalancerClass.
+    await kube.patch(CLASSES.path(name="it-silent"), {"spec": {"loadBalancerClass": None}}, "merge")
+    published = await wait_attachment(kube, ns, "silent", "True", "Published", operator)
+    assert published["status"]["address"] == address
+    service = await rendered(kube, ns, "silent")
+    assert service is not None
+    assert "loadBalancerClass" not in service["spec"]
+    assert [i["ip"] for i in service["status"]["loadBalancer"]["ingress"]] == [address]
+
+
 async def test_hold_and_move_a_claimed_address(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("it-claims", cidrs=["198.51.100.16/29"])
@@ -366,7 +415,7 @@ async def test_identity_a_squatting_service_is_never_touched(
 
 
 async def test_identity_deleting_the_application_collects_its_attachment(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("it-gc", cidrs=["198.51.100.48/29"])
@@ -389,7 +438,7 @@ async def test_identity_deleting_the_application_collects_its_attachment(
 
 
 async def test_no_double_mint_and_pool_exhaustion_recovers(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("it-small", cidrs=["198.51.100.56/29"])  # 6 usable addresses
@@ -430,7 +479,7 @@ async def _published_count(kube: Kube, ns: str, count: int) -> list[Obj] | None:
 
 
 async def test_vm_modes_need_a_declared_proxy_and_no_port_translation(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("it-vm", cidrs=["198.51.100.64/29"])
@@ -467,7 +516,7 @@ async def test_vm_modes_need_a_declared_proxy_and_no_port_translation(
 
 
 async def test_exclusivity_per_backend_pod(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: FakeLoadBalancer
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("it-excl", cidrs=["198.51.100.72/29"])
@@ -541,7 +590,7 @@ async def test_repair_releases_an_orphaned_allocation(
 
 
 async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
-    kube: Kube, cluster: ClusterInfo, tenant: Tenant, lb: FakeLoadBalancer, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, tenant: Tenant, lb: MetalLB, tmp_path: Path
 ) -> None:
     ns = tenant.namespace
     with otlp_receiver() as receiver:

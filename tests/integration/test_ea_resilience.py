@@ -2,8 +2,8 @@
 then half-open) loses nothing the operator must act on.
 
 Both proofs run the real operator as a subprocess under its own ServiceAccount
-(``tests.support.ea_cluster``), against the local control plane, with the load balancer played through
-the API (``tests.support.loadbalancer``).
+(``tests.support.ea_cluster``), against the local control plane, with MetalLB's real controller as the
+load balancer (``tests.support.loadbalancer``: an IPAddressPool per IPAddressClass).
 
 * ``test_restarts_withdraw_nothing`` publishes one attachment in each of ``NAMESPACE_COUNT``
   namespaces, among thousands of HelmReleases and Services (half of the attachments are admitted to
@@ -42,6 +42,7 @@ import httpx
 import pytest
 
 from hack.devcluster import ClusterInfo
+from hack.metallb import MetalLB
 from operators.endpointattachment.constants import (
     ATTACHMENT_LABEL,
     MODE_WHOLE_IP,
@@ -76,7 +77,7 @@ from tests.support.ea_cluster import (
     operator_kubeconfig,
 )
 from tests.support.faultproxy import Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
-from tests.support.loadbalancer import FakeLoadBalancer, load_balancer
+from tests.support.loadbalancer import load_balancer
 from tests.support.operators import RunningOperator
 from tests.support.waiting import eventually, wait_for_object
 
@@ -167,8 +168,8 @@ async def ea_crds(kube: Kube) -> AsyncIterator[None]:
 
 
 @pytest.fixture
-async def lb(kube: Kube) -> AsyncIterator[FakeLoadBalancer]:
-    """The played load balancer, answering every rendered Service with its address."""
+async def lb(kube: Kube) -> AsyncIterator[MetalLB]:
+    """MetalLB (one per session), answering every rendered Service with the address it asks for."""
     async with load_balancer(kube) as balancer:
         yield balancer
 
@@ -607,7 +608,7 @@ class Stopwatch:
 
 
 async def test_restarts_withdraw_nothing(
-    kube: Kube, cluster: ClusterInfo, ea_crds: None, lb: FakeLoadBalancer, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, ea_crds: None, lb: MetalLB, tmp_path: Path
 ) -> None:
     """Issue 9, proof 1: restarting the operator, with thousands of objects its caches must hold
     before it decides anything, withdraws no Service, flips no Ready and re-mints no address."""
@@ -684,7 +685,7 @@ async def test_restarts_withdraw_nothing(
 
 
 async def test_deletions_while_cut_off_and_a_half_open_network(
-    kube: Kube, cluster: ClusterInfo, ea_crds: None, lb: FakeLoadBalancer, namespace: str, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, ea_crds: None, lb: MetalLB, namespace: str, tmp_path: Path
 ) -> None:
     """Issue 9, proof 2: deletions made while the operator is cut off are acted on once it is back;
     a half-open network times its calls out, and it recovers without a restart."""

@@ -1,70 +1,84 @@
-"""Play the load balancer (MetalLB) through the API: give each rendered Service the address it asks
-for in its provider annotation, by patching ``status.loadBalancer.ingress`` as a real one would.
+"""The integration tests' load balancer: MetalLB's real controller (``hack/metallb.py``), with an
+``IPAddressPool`` declared for each ``IPAddressClass`` as a hoster would (``autoAssign: false``, so it
+hands out only the address a rendered Service asks for in ``metallb.io/loadBalancerIPs``).
 
-It answers only Services carrying the attachment label, and only once per Service UID; ``hold``
-names Services (namespace, name) it must leave unanswered, so a test can watch ``AddressPending``.
+Decides: that a test session runs at most one MetalLB. ``load_balancer(kube)`` starts it on first use
+inside ``load_balancer_session()`` (which the session's ``kube`` fixture holds open, so MetalLB stops
+before the control plane does) and hands the same one to every later caller; outside such a session
+it runs one of its own for the ``async with``. ``SILENT_LOAD_BALANCER_CLASS`` is the
+``loadBalancerClass`` no load balancer here serves: a class that names it plays a load balancer that
+never answers.
+
+Does not: write any Service's status (only MetalLB does), or decide which address a Service gets.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import tempfile
 from collections.abc import AsyncIterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Final
 
-from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
-    CILIUM_IPS_ANNOTATION,
-    METALLB_IPS_ANNOTATION,
-)
-from shared.kube import SERVICES, ApiError, Kube, Obj
+from hack.metallb import MetalLB, metallb
+from shared.kube import Kube
+
+# MetalLB here runs without --lb-class, so it answers only Services without a loadBalancerClass; a
+# class naming this one renders Services nothing will ever answer (AddressPending for good).
+SILENT_LOAD_BALANCER_CLASS: Final = "example.com/silent-load-balancer"
 
 
-class FakeLoadBalancer:
-    def __init__(self, kube: Kube) -> None:
-        self.kube = kube
-        self.hold: set[tuple[str, str]] = set()
-        self.answered = 0
+@dataclass
+class _Session:
+    stack: contextlib.AsyncExitStack
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    running: MetalLB | None = None
+    log_dir: Path = field(default_factory=lambda: Path(tempfile.mkdtemp(prefix="metallb-")))
 
-    async def answer(self, service: Obj) -> None:
-        metadata = service["metadata"]
-        if (metadata["namespace"], metadata["name"]) in self.hold or metadata.get("deletionTimestamp"):
-            return
-        annotations = metadata.get("annotations") or {}
-        address = annotations.get(METALLB_IPS_ANNOTATION) or annotations.get(CILIUM_IPS_ANNOTATION)
-        ingress = (service.get("status") or {}).get("loadBalancer", {}).get("ingress") or []
-        if not address or [i.get("ip") for i in ingress] == [address]:
-            return
-        patch = {"status": {"loadBalancer": {"ingress": [{"ip": address, "ipMode": "VIP"}]}}}
-        with contextlib.suppress(ApiError):  # deleted meanwhile: nothing to announce
-            await self.kube.patch(
-                SERVICES.path(metadata["namespace"], metadata["name"]) + "/status", patch, "merge"
-            )
-            self.answered += 1
 
-    async def run(self) -> None:
-        while True:
-            listing = await self.kube.list(SERVICES.path(), label_selector=ATTACHMENT_LABEL)
-            for service in listing["items"]:
-                await self.answer(service)
-            try:
-                async for kind, service in self.kube.watch(
-                    SERVICES.path(),
-                    resource_version=listing["metadata"]["resourceVersion"],
-                    label_selector=ATTACHMENT_LABEL,
-                ):
-                    if kind in ("ADDED", "MODIFIED"):
-                        await self.answer(service)
-            except ApiError:
-                continue  # 410 Gone and the like: list again
+_session: _Session | None = None
 
 
 @contextlib.asynccontextmanager
-async def load_balancer(kube: Kube) -> AsyncIterator[FakeLoadBalancer]:
-    balancer = FakeLoadBalancer(kube)
-    task = asyncio.create_task(balancer.run())
-    try:
-        yield balancer
-    finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+async def load_balancer_session() -> AsyncIterator[None]:
+    """While open, every ``load_balancer(kube)`` shares one MetalLB, stopped when this closes."""
+    global _session
+    async with contextlib.AsyncExitStack() as stack:
+        _session = _Session(stack)
+        try:
+            yield
+        finally:
+            _session = None
+
+
+def _kubeconfig_of(kube: Kube) -> str:
+    """The kubeconfig file ``kube`` was connected with (MetalLB reads the same credentials)."""
+    return str(kube.api.auth.kubeconfig.path)
+
+
+@contextlib.asynccontextmanager
+async def load_balancer(kube: Kube, kubeconfig: str | None = None) -> AsyncIterator[MetalLB]:
+    """MetalLB answering the rendered Services of ``kube``'s cluster, its pools mirroring the classes
+    there are now (and following them while the ``async with`` lasts)."""
+    session = _session
+    if session is None:
+        log = Path(tempfile.mkdtemp(prefix="metallb-")) / "metallb.log"
+        async with metallb(kube, kubeconfig or _kubeconfig_of(kube), log) as running:
+            yield running
+        return
+    async with session.lock:
+        if session.running is None or not session.running.running():
+            session.running = await session.stack.enter_async_context(
+                # The session's control plane may stop first: its pools go with it.
+                metallb(
+                    kube,
+                    kubeconfig or _kubeconfig_of(kube),
+                    session.log_dir / "metallb.log",
+                    remove_pools=False,
+                )
+            )
+        running = session.running
+    await running.wait_for_pools()
+    yield running
