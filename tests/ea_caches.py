@@ -19,7 +19,7 @@ from operators.endpointattachment.world import (
     World,
     empty_stores,
 )
-from shared.kube import ENDPOINT_SLICES, NAMESPACES, SERVICES, Resource
+from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, Resource
 from shared.runtime.cache import Obj, key_of
 from shared.runtime.controller import StaticCaches
 
@@ -34,6 +34,7 @@ KINDS: Final[dict[str, Resource]] = {
     "slice": ENDPOINT_SLICES,
     "helmrelease": HELMRELEASES,
     "namespace": NAMESPACES,
+    "pod": PODS,
 }
 
 Step = tuple[str, str, Obj]  # ("put" | "drop", kind, object)

@@ -26,6 +26,11 @@ own, whoever uses it:
   left as stored: a lost lock does not make the claim's phase flap and its users go dark for one pass.
 - A held address stays held whatever the class says later. Ready is then False with the class's reason
   (an attachment binding the claim would stay dark for the same reason), and AddressBound stays True.
+- A held address stays held whatever ``spec.address`` says later, too: a ``spec.address`` added or
+  changed after the claim bound another address (the CRD refuses that now; objects admitted before,
+  or under an older CRD, may carry it) is Ready False ``AddressMismatch``, naming both addresses. The
+  claim stays Bound and its users keep the address: a reservation never moves under them. A
+  ``spec.address`` that does not parse counts as a mismatch too.
 - Conditions: ``AddressBound`` and ``Ready`` (False copies the first failing reason; True is
   ``Reserved``). Status fields: ``phase`` and ``address`` only. ``status.attachment``, the claim's user,
   is never written here: reconcile.py's glue records and clears it.
@@ -66,6 +71,7 @@ from operators.endpointattachment.constants import (
     COND_READY,
     IP_ADDRESS_CLAIM_KIND,
     REASON_ADDRESS_IN_USE,
+    REASON_ADDRESS_MISMATCH,
     REASON_CLASS_INVALID,
     REASON_CLASS_NOT_FOUND,
     REASON_MINTED,
@@ -144,7 +150,7 @@ def reconcile_claim(
     found = _class(address_class, class_name, str(metadata.get("namespace") or ""), namespace_labels)
 
     if held is not None:
-        return _bound(generation, held, class_name, found)
+        return _bound(generation, held, class_name, found, (claim.get("spec") or {}).get("address"))
     recorded = _parse((claim.get("status") or {}).get("address"))
     if recorded is not None and str(recorded) in taken_addresses:
         lost = _false(REASON_ADDRESS_IN_USE, f"{recorded}, reserved by this claim, is now held by another")
@@ -246,10 +252,19 @@ def _requested(
     return address
 
 
-def _bound(generation: int, held: IPAddress, class_name: str, found: AddressPool | Condition) -> ClaimPlan:
-    """A claim that holds its address: Bound, and Ready unless the class now refuses it."""
+def _bound(
+    generation: int, held: IPAddress, class_name: str, found: AddressPool | Condition, requested: object
+) -> ClaimPlan:
+    """A claim that holds its address: Bound, and Ready unless the class now refuses it or its
+    ``spec.address`` names another address."""
     bound = Condition(COND_ADDRESS_BOUND, TRUE, REASON_MINTED, f"{held} is held for this claim")
-    if isinstance(found, Condition):
+    if requested is not None and _parse(requested) != held:
+        message = (
+            f"spec.address {requested} is not {held}, the address this claim holds; the claim keeps "
+            f"{held} (to reserve {requested}, create another claim)"
+        )
+        ready = Condition(COND_READY, FALSE, REASON_ADDRESS_MISMATCH, message)
+    elif isinstance(found, Condition):
         ready = Condition(COND_READY, FALSE, found.reason, f"{held} is held, but {found.message}")
     else:
         ready = Condition(COND_READY, TRUE, REASON_RESERVED, f"{held} is reserved in {class_name}")

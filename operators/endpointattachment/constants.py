@@ -63,6 +63,9 @@ PROTOCOL_UDP: Final = "UDP"
 ENDPOINTSLICE_SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
 # An EndpointSlice targetRef of this kind carries the backend pod's UID.
 POD_KIND: Final = "Pod"
+# Pods in these phases are done: never selected as a backend again (the Pod cache leaves them out).
+POD_PHASE_SUCCEEDED: Final = "Succeeded"
+POD_PHASE_FAILED: Final = "Failed"
 
 # --- Labels and annotations on the rendered Service ------------------------------------------------
 
@@ -82,6 +85,12 @@ METALLB_IPS_ANNOTATION: Final = "metallb.io/loadBalancerIPs"
 METALLB_POOL_ANNOTATION: Final = "metallb.io/address-pool"
 # Cilium LB-IPAM reads the requested address from this annotation.
 CILIUM_IPS_ANNOTATION: Final = "lbipam.cilium.io/ips"
+# Ours, written on a proxied Service that shares pods with one of ours we just deleted or changed
+# (the survivor: an attachment's Service or a chart's own): cozy-proxy re-programs a Service on every
+# update of it, and its deletes clear the pod's entries whoever owns them, so the survivor must be
+# programmed again. The value names the change (namespace/name/uid/resourceVersion of our Service),
+# so a repeated pass writes nothing. Never among OWNED_ANNOTATIONS: no pass compares or removes it.
+REPROGRAM_ANNOTATION: Final = "local.sdn.cozystack.io/reprogrammed-after"
 # Annotation values are strings; cozy-proxy compares to these literals.
 ANNOTATION_TRUE: Final = "true"
 ANNOTATION_FALSE: Final = "false"
@@ -209,8 +218,12 @@ REASON_ADDRESS_FAMILY_UNSUPPORTED: Final = "AddressFamilyUnsupported"
 REASON_PORT_TRANSLATION_UNSUPPORTED: Final = "PortTranslationUnsupported"
 # A backend pod is already a backend of a Service that wins it; cozy-proxy holds one address per pod.
 REASON_EXCLUSIVITY_CONFLICT: Final = "ExclusivityConflict"
-# WholeIP with several ready backends: cozy-proxy would pick one arbitrarily, so stay dark.
+# Either VM mode with several ready backends: cozy-proxy would forward to the first Endpoints
+# address only and leave the others' egress unmapped, so stay dark.
 REASON_MULTIPLE_BACKENDS: Final = "MultipleBackends"
+# ServiceProxies name different proxies for one mode and family: no name is guessed; a live Service is
+# left exactly as it is (not relabelled, not deleted) and none is rendered until one remains.
+REASON_PROXY_DECLARATION_CONFLICT: Final = "ProxyDeclarationConflict"
 
 # --- Ready reasons ---------------------------------------------------------------------------------
 
@@ -220,3 +233,30 @@ REASON_PUBLISHED: Final = "Published"
 REASON_SERVICE_NAME_CONFLICT: Final = "ServiceNameConflict"
 # The rendered Service exists (or is being written), but its ingress does not hold the address yet.
 REASON_ADDRESS_PENDING: Final = "AddressPending"
+# A VM mode: the address is announced, but no backend pod is ready, so the proxy has nothing to
+# program it onto (the Service stays rendered: it is programmed the moment the pod is ready).
+REASON_NO_READY_BACKEND: Final = "NoReadyBackend"
+# The rendered Service has waited longer than the announce timeout without the load balancer
+# announcing the address: a loadBalancerClass it does not serve, an address outside its pools. Not
+# final: the attachment is Published as soon as the address shows up in the Service's ingress.
+REASON_ADDRESS_NOT_ANNOUNCED: Final = "AddressNotAnnounced"
+# The API refused to create (or change) the rendered Service: validation (an IPv6 Service in an
+# IPv4-only cluster), an admission webhook or policy. The message is the API's; the same Service is
+# not sent again until what it is rendered from changes.
+REASON_SERVICE_REFUSED: Final = "ServiceRefused"
+# The API refused the rendered Service because a ResourceQuota of the namespace is used up (403
+# "exceeded quota"): asked again slowly, since quota frees without an event we watch.
+REASON_SERVICE_QUOTA_EXCEEDED: Final = "ServiceQuotaExceeded"
+# The API refused the rendered Service because the namespace is being deleted: never asked again.
+REASON_NAMESPACE_TERMINATING: Final = "NamespaceTerminating"
+
+# --- IPAddressClass and IPAddressClaim reasons -------------------------------------------------------
+
+# Class Ready True: the pool is well formed and has free addresses.
+REASON_AVAILABLE: Final = "Available"
+# Class Ready False: the pool is well formed but holds no address at all (everything excluded).
+REASON_POOL_EMPTY: Final = "PoolEmpty"
+# Claim Ready False: spec.address names another address than the one the claim holds (set or
+# changed after the claim was bound; the CRD refuses that today, older objects may carry it). The
+# claim keeps the address it holds: a reserved address never moves under its users.
+REASON_ADDRESS_MISMATCH: Final = "AddressMismatch"

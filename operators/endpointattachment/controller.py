@@ -24,21 +24,39 @@ Decides: the glue, and only the glue.
 * **claims**: ``claims.reconcile_claim`` / ``finalize_claim``, with the same re-deciding after a
   mint or a release; a user recorded on a claim whose attachment is gone (deleted without its
   finalizer running) is cleared once the API, not only the cache, confirms it is gone.
-* **classes**: ``status.capacity`` and ``status.allocated`` from the class's allocations (debounced:
-  a burst of mints is one status write).
-* our finalizer on attachments and claims orders deletion: the rendered Service first, then the
-  address (allocation deleted, claim use cleared), then the finalizer.
+* **classes**: ``status.capacity``, ``status.allocated`` and the Ready condition
+  (``repair.class_status``) from the class's allocations (debounced: a burst of mints is one status
+  write).
+* our finalizer on attachments and claims orders deletion: the rendered Service first, then, once
+  the cache sees it gone (its deletion wakes the pass through ``owns``), the address (allocation
+  deleted, claim use cleared), then the finalizer.
+* the API's refusal of the rendered Service (400, 403, 422: validation, a webhook or policy, a quota,
+  a terminating namespace) is remembered per attachment (``reconcile.ServiceRefusal``) and handed to
+  the next decision, which reports it and does not send the same request again; no traceback, no
+  backoff loop. A create that finds the name taken (409) reads the squatter into the cache and decides
+  again at once (``ServiceNameConflict``). When the pass last changed the rendered Service, and the
+  time, go to the decision too (``reconcile.PassContext``), which asks to look again at the announce
+  deadline or the quota retry (``Result(requeue_after=...)``). What is remembered is lost on a
+  restart: the first pass then sends the request once more.
+* **exclusivity and cozy-proxy**: Pods are cached (unfinished ones, only their labels and phase:
+  ``world.slim_pod``), so exclusivity is decided over the pods an endpoint selects before any of
+  them has an endpoint; a Pod appearing, going or changing labels wakes the VM-mode attachments of
+  its namespace. Whenever a pass deletes or patches a proxied Service of ours, the other proxied
+  Services that selected its pods (``World.survivors_of``) get ``REPROGRAM_ANNOTATION``, so
+  cozy-proxy, whose deletes are keyed on the pod, programs them again.
 * the repair loop (leader only) deletes orphaned allocations (``repair.orphans``) after a grace.
 
 Does not: decide any condition, name, address or Service field (the pure modules do), adopt or delete
-a Service without our controller reference, write labels or annotations to objects it does not own,
-or write anything but through the runtime's ``Writer`` (leader gate, write-through).
+a Service without our controller reference, write labels or annotations to objects it does not own
+(but for ``REPROGRAM_ANNOTATION``, our own key, on a proxied survivor), or write anything but through
+the runtime's ``Writer`` (leader gate, write-through).
 """
 
 from __future__ import annotations
 
 import asyncio
 import dataclasses
+import enum
 import logging
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -49,16 +67,23 @@ from prometheus_client import CollectorRegistry
 
 from operators.endpointattachment import allocator, claims, repair
 from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
     ENDPOINT_ATTACHMENT_KIND,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
     IP_ADDRESS_CLAIM_KIND,
     IP_ADDRESS_CLASS_KIND,
+    REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
-from operators.endpointattachment.datapath import ready_backends
+from operators.endpointattachment.datapath import ready_backends, reprogram_token
 from operators.endpointattachment.metrics import WorldCollector
-from operators.endpointattachment.reconcile import Plan, ServiceAction, reconcile
+from operators.endpointattachment.reconcile import (
+    PassContext,
+    Plan,
+    ServiceAction,
+    ServiceRefusal,
+    reconcile,
+    refusal_of,
+)
 from operators.endpointattachment.settings import Settings
 from operators.endpointattachment.world import (
     ALLOCATIONS,
@@ -73,15 +98,17 @@ from operators.endpointattachment.world import (
     CLASSES,
     HELMRELEASES,
     INDEXERS,
+    POD_FIELD_SELECTOR,
     PROXIES,
     RESOURCES,
     World,
     holder_of,
     labels,
     slim,
+    slim_pod,
 )
-from shared.conditions import JsonPatch, rfc3339
-from shared.kube import ENDPOINT_SLICES, NAMESPACES, SERVICES, ApiError
+from shared.conditions import rfc3339, status_patch
+from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, ApiError
 from shared.lineage import application_of, belongs_to
 from shared.ownership import sole_controller
 from shared.runtime.cache import Key, Obj, key_of
@@ -96,7 +123,8 @@ from shared.runtime.controller import (
     until_settled,
 )
 from shared.runtime.manager import Manager
-from shared.runtime.writes import Writer
+from shared.runtime.writes import Writer, blocks_deletion_of, sets_owner_references
+from shared.telemetry.metrics import on_loop
 from shared.telemetry.tracing import current_pass
 
 log = logging.getLogger("endpointattachment")
@@ -118,6 +146,8 @@ MAX_ROUNDS_PER_PASS: Final = 4
 STATUS_HOLD_SECONDS: Final = 1.0
 # status.capacity is an int64 in the CRD: larger pools report it saturated.
 INT64_MAX: Final = 2**63 - 1
+# The shortest timed re-check a pass asks for (an announce deadline just past is not a busy loop).
+MIN_RECHECK_SECONDS: Final = 0.05
 # A class's counts are for people and alerts, read by no pass: a burst of mints and releases is
 # one status write, a moment after the burst (and never more than a few seconds late).
 CLASS_STATUS_DEBOUNCE_SECONDS: Final = 0.25
@@ -181,7 +211,8 @@ def attachments_in_vm_mode(caches: Caches, old: Obj | None, new: Obj | None) -> 
 
 def attachments_of_service(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
     """The attachments using the Service as their endpoint; the attachment whose rendered name a
-    Service labelled as ours but not controlled by an attachment squats (to report the conflict);
+    Service not controlled by an attachment squats, labelled or not (to report the conflict, and to
+    render once the squatter is gone);
     and every VM-mode attachment when the Service joins or leaves a proxy, or its proxy or its
     controller changes (what exclusivity reads of it; its backends come with its slices). The
     attachment controlling a rendered Service is woken through ``owns``."""
@@ -191,21 +222,22 @@ def attachments_of_service(caches: Caches, old: Obj | None, new: Obj | None) -> 
         key = key_of(version)
         keys |= world.attachments.index_keys(BY_ENDPOINT, key)
         owner = sole_controller(version)
-        if ATTACHMENT_LABEL in labels(version) and (owner or {}).get("kind") != ENDPOINT_ATTACHMENT_KIND:
+        if (owner or {}).get("kind") != ENDPOINT_ATTACHMENT_KIND:
             keys |= world.attachments.index_keys(BY_RENDERED_SERVICE, key)
     if _as_proxied(old) != _as_proxied(new):
         keys |= world.in_vm_mode()
     return keys
 
 
-def _as_proxied(service: Obj | None) -> tuple[str, Any, Any, Any] | None:
-    """What the exclusivity check reads of a Service itself: its proxy and its controller (None when
-    it is not, or no longer, delegated to a proxy)."""
+def _as_proxied(service: Obj | None) -> tuple[str, Any, Any, Any, Any] | None:
+    """What the exclusivity check reads of a Service itself: its proxy, its controller and its
+    selector (None when it is not, or no longer, delegated to a proxy)."""
     proxy = labels(service).get(SERVICE_PROXY_NAME_LABEL) if service is not None else None
     if proxy is None or service is None:
         return None
     owner = sole_controller(service) or {}
-    return proxy, owner.get("kind"), owner.get("name"), owner.get("uid")
+    selector = sorted(((service.get("spec") or {}).get("selector") or {}).items())
+    return proxy, owner.get("kind"), owner.get("name"), owner.get("uid"), selector
 
 
 def attachments_of_slice(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
@@ -231,6 +263,15 @@ def attachments_of_slice(caches: Caches, old: Obj | None, new: Obj | None) -> se
 def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
     """What a pass reads of a slice: its Service and its ready backends."""
     return labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL), ready_backends((endpoint_slice,))
+
+
+def attachments_of_pod(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+    """The VM-mode attachments of the pod's namespace, when a pod appears, goes (or finishes: the
+    cache's field selector drops it) or changes its labels: which Services select it decides
+    exclusivity, before the pod has an endpoint (the wiring's ``labels_changed`` predicate)."""
+    world = World(caches)
+    namespaces = {key_of(v)[0] for v in _versions(old, new)}
+    return {key for key in world.in_vm_mode() if key[0] in namespaces}
 
 
 def attachments_of_helmrelease(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
@@ -313,11 +354,14 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
         Watch(PROXIES, attachments_in_vm_mode, (generation_changed,)),
         Watch(SERVICES, attachments_of_service),
         Watch(ENDPOINT_SLICES, attachments_of_slice),
+        Watch(PODS, attachments_of_pod, (labels_changed,)),
         Watch(HELMRELEASES, attachments_of_helmrelease, (labels_changed,)),
         Watch(NAMESPACES, attachments_in_namespace, (labels_changed,)),
     ),
     writes=(
         Write(ATTACHMENTS, ("patch",)),  # our finalizer, the owner reference to the application
+        sets_owner_references(ATTACHMENTS),  # that owner reference, where admission enforces it
+        blocks_deletion_of(ATTACHMENTS),  # the rendered Service's blockOwnerDeletion reference
         Write(ATTACHMENTS, ("patch",), "status"),
         Write(SERVICES, ("create", "patch", "delete")),
         Write(ALLOCATIONS, ("create", "delete")),  # mint, release
@@ -371,10 +415,28 @@ def _finalizers(obj: Mapping[str, Any]) -> list[str]:
 
 
 class AttachmentReconciler:
-    def __init__(self, world: World, writer: Writer, clock: Callable[[], float] = time.monotonic) -> None:
-        self.world, self.writer, self.clock = world, writer, clock
+    def __init__(
+        self,
+        world: World,
+        writer: Writer,
+        clock: Callable[[], float] = time.monotonic,
+        *,
+        wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        announce_timeout: float = Settings.announce_timeout_seconds,
+        quota_retry: float = Settings.quota_retry_seconds,
+    ) -> None:
+        self.world, self.writer, self.clock, self.wall_clock = world, writer, clock, wall_clock
+        self.announce_timeout, self.quota_retry = announce_timeout, quota_retry
         # Keys whose Service a pass created, until when their AddressPending status is held back.
         self._holding: dict[Key, float] = {}
+        # The API's last refusal of each attachment's rendered Service, and when a pass last changed
+        # it (its creation is on the Service itself): what the next decision needs to know.
+        self._refusals: dict[Key, ServiceRefusal] = {}
+        self._written: dict[Key, datetime] = {}
+
+    def _forget(self, key: Key) -> None:
+        for memory in (self._holding, self._refusals, self._written):
+            memory.pop(key, None)
 
     async def reconcile(self, key: Key) -> Result:
         for _ in range(MAX_ROUNDS_PER_PASS):
@@ -390,13 +452,22 @@ class AttachmentReconciler:
         changed what the plan is made of); more: the status is held back, look again this much later."""
         attachment = self.world.attachments.get(key)
         if attachment is None:
-            self._holding.pop(key, None)
+            self._forget(key)
             return None
         observed = self.world.observed(attachment)
-        _read(observed.service, self.world.held_allocation(attachment))
-        plan = reconcile(observed)
+        # What it reads that an earlier pass wrote: its Service, its address, and a claim's address.
+        claim_address = self.world.held_allocation(observed.claim) if observed.claim is not None else None
+        _read(observed.service, self.world.held_allocation(attachment), claim_address)
+        context = PassContext(
+            now=self.wall_clock(),
+            written_at=self._written.get(key),
+            refusal=self._refusals.get(key),
+            announce_timeout_seconds=self.announce_timeout,
+            quota_retry_seconds=self.quota_retry,
+        )
+        plan = reconcile(observed, context)
         if plan.finalizing:
-            self._holding.pop(key, None)
+            self._forget(key)
             await self._finalize(attachment, plan, observed.service)
             return None
         attachment = await self.writer.ensure_metadata(
@@ -409,7 +480,10 @@ class AttachmentReconciler:
             await allocator.bind_claim(self.writer, observed.claim, plan.bind_claim.attachment)
             return 0.0
         now = self.clock()
-        if await self._apply_service(plan, observed.service):
+        applied = await self._apply_service(key, plan, observed.service)
+        if applied is _Applied.AGAIN:
+            return 0.0  # refused, or the name was taken: the next round reports it
+        if applied is _Applied.CREATED:
             self._holding[key] = now + STATUS_HOLD_SECONDS
         held = self._held_for(key, plan, now)
         if held is None:
@@ -419,7 +493,8 @@ class AttachmentReconciler:
         for surplus in self.world.surplus_allocations(attachment):
             log.info("releasing %s: a second allocation of %s/%s", key_of(surplus)[1], *key)
             await allocator.release(self.writer, surplus)
-        return held
+        waits = [w for w in (held, plan.recheck_after) if w is not None]
+        return max(min(waits), MIN_RECHECK_SECONDS) if waits else None
 
     def _held_for(self, key: Key, plan: Plan, now: float) -> float | None:
         """How much longer the status of a Service just created is held back: only while it waits
@@ -434,11 +509,14 @@ class AttachmentReconciler:
         return None
 
     async def _finalize(self, attachment: Obj, plan: Plan, service: Mapping[str, Any] | None) -> None:
-        """Service first, then the address, then our finalizer: nothing is left holding anything."""
+        """Service first; once it is gone, the address, then our finalizer: nothing is left holding
+        anything, and no address is free while a Service still asks for it."""
         if FINALIZER not in _finalizers(attachment):
             return
         namespace, _ = key_of(attachment)
-        await self._apply_service(plan, service)
+        await self._apply_service(key_of(attachment), plan, service)
+        if plan.waits_for_service:
+            return  # the Service's deletion (a watch event, through ``owns``) wakes the next pass
         if plan.release_claim:
             claim = self.world.claims.get((namespace, plan.release_claim))
             if claim is not None:
@@ -448,25 +526,88 @@ class AttachmentReconciler:
             await allocator.release(self.writer, allocation)
         await self.writer.remove_finalizer(ATTACHMENTS, attachment, FINALIZER)
 
-    async def _apply_service(self, plan: Plan, existing: Mapping[str, Any] | None) -> bool:
-        """Apply the plan's Service action; True when it created the Service."""
+    async def _apply_service(
+        self, key: Key, plan: Plan, existing: Mapping[str, Any] | None
+    ) -> _Applied | None:
+        """Apply the plan's Service action: CREATED, AGAIN (refused, or the name taken: decide again
+        with what the API said), or None."""
         action = plan.service_action
         if action is ServiceAction.CREATE and plan.service is not None:
             try:
                 await self.writer.create(SERVICES, plan.service)
             except ApiError as error:
-                if error.status != 409:
-                    raise
-                # A squatter: its watch event wakes this attachment, whose next pass reports it.
-                log.info("Service %s/%s appeared before ours; next pass decides", *key_of(plan.service))
-                return False
-            return True
+                if error.status == 409:
+                    await self._read_squatter(plan.service)
+                    return _Applied.AGAIN
+                return self._refused(key, action, plan.service, error)
+            self._refusals.pop(key, None)
+            return _Applied.CREATED
         if action is ServiceAction.PATCH and existing is not None and plan.service_patch is not None:
-            await self.writer.patch(SERVICES, existing, plan.service_patch, "merge")
+            survivors = self.world.survivors_of(existing)
+            try:
+                updated = await self.writer.patch(SERVICES, existing, plan.service_patch, "merge")
+            except ApiError as error:
+                return self._refused(key, action, plan.service_patch, error)
+            await self._reprogram(survivors, existing, updated)
+            self._refusals.pop(key, None)
+            self._written[key] = self.wall_clock()
         elif action in (ServiceAction.DELETE, ServiceAction.RECREATE) and existing is not None:
             # The UID precondition: only the very Service we judged ours is ever deleted.
+            survivors = self.world.survivors_of(existing)
             await self.writer.delete(SERVICES, existing)
-        return False
+            await self._reprogram(survivors, existing, existing)
+        return None
+
+    def _refused(self, key: Key, action: ServiceAction, body: Mapping[str, Any], error: ApiError) -> _Applied:
+        """Remember a refusal for the next decision; an error that is not one is raised (retried)."""
+        refusal = refusal_of(action, body, error.status, error.message, self.wall_clock())
+        if refusal is None:
+            raise error
+        log.info("%s/%s: the API refused the rendered Service (%s): %s", *key, refusal.reason, error)
+        self._refusals[key] = refusal
+        return _Applied.AGAIN
+
+    async def _reprogram(
+        self, survivors: list[Obj], before: Mapping[str, Any], after: Mapping[str, Any]
+    ) -> None:
+        """cozy-proxy keys its entries on the pod, and its delete (or re-programming) of our Service
+        cleared the entries of pods the survivors hold: an update of a Service makes cozy-proxy program
+        it again, so each survivor gets our annotation naming the change (``before`` as it was, at
+        ``after``'s resourceVersion; once: a repeated pass finds it written)."""
+        changed = self.world.as_proxied(before)
+        if changed is None or not survivors:
+            return
+        version = str((after.get("metadata") or {}).get("resourceVersion") or "")
+        value = reprogram_token(dataclasses.replace(changed, resource_version=version))
+        for survivor in survivors:
+            metadata = survivor.get("metadata") or {}
+            if (
+                metadata.get("deletionTimestamp")
+                or (metadata.get("annotations") or {}).get(REPROGRAM_ANNOTATION) == value
+            ):
+                continue
+            log.info("Service %s/%s: asking cozy-proxy to program it again (%s)", *key_of(survivor), value)
+            try:
+                await self.writer.patch(
+                    SERVICES, survivor, {"metadata": {"annotations": {REPROGRAM_ANNOTATION: value}}}, "merge"
+                )
+            except ApiError as error:
+                if error.status != 404:  # gone meanwhile: nothing left to program
+                    raise
+
+    async def _read_squatter(self, service: Mapping[str, Any]) -> None:
+        """The name is taken by a Service our cache has not seen yet: read it into the cache, so the
+        next round sees it (and reports ``ServiceNameConflict`` unless it turns out to be ours)."""
+        namespace, name = key_of(service)
+        log.info("Service %s/%s appeared before ours; deciding again", namespace, name)
+        self.writer.remember(SERVICES, await self.writer.kube.get(SERVICES.path(namespace, name)))
+
+
+class _Applied(enum.Enum):
+    """What applying a plan's Service action did, for the rest of the round."""
+
+    CREATED = "created"  # the status waits a moment for the load balancer's answer
+    AGAIN = "again"  # the API's answer changes the decision: decide again now
 
 
 class ClaimReconciler:
@@ -539,19 +680,13 @@ class ClassReconciler:
         address_class = self.world.classes.get(key)
         if address_class is None:
             return Result()
-        capacity, allocated = repair.class_usage(address_class, self.world.allocations_of_class(key[1]))
-        if capacity is not None:
-            capacity = min(capacity, INT64_MAX)  # an IPv6 /64 holds more than the int64 status field
-        stored = address_class.get("status") or {}
-        fields = {"capacity": capacity, "allocated": allocated}
-        ops: JsonPatch = [] if stored else [{"op": "add", "path": "/status", "value": {}}]
-        for field_name, value in fields.items():
-            if value is None and field_name in stored:
-                ops.append({"op": "remove", "path": f"/status/{field_name}"})
-            elif value is not None and stored.get(field_name) != value:
-                ops.append({"op": "add", "path": f"/status/{field_name}", "value": value})
-        if len(ops) > (0 if stored else 1):
-            await self.writer.patch_status(CLASSES, address_class, ops)
+        # An IPv6 /64 holds more than the int64 status field: its capacity is reported saturated.
+        fields, conditions = repair.class_status(
+            address_class, self.world.allocations_of_class(key[1]), INT64_MAX
+        )
+        generation = int((address_class.get("metadata") or {}).get("generation") or 0)
+        ops = status_patch(address_class.get("status"), fields, conditions, generation, _now())
+        await self.writer.patch_status(CLASSES, address_class, ops)
         return Result()
 
 
@@ -602,13 +737,25 @@ class Repairer:
 def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> None:
     """Every cache with its named indexes, the three controllers, the repair loop, the metrics."""
     for resource in RESOURCES:
+        if resource == PODS:  # only what selection reads, and never a finished pod
+            manager.informer(
+                resource,
+                indexers=INDEXERS.get(resource),
+                transform=slim_pod,
+                field_selector=POD_FIELD_SELECTOR,
+            )
+            continue
         manager.informer(resource, indexers=INDEXERS.get(resource), transform=slim)
     world = World(manager)
     writer = manager.writer
     workers = max(1, settings.workers)
-    manager.add(
-        dataclasses.replace(ATTACHMENT_CONTROLLER, workers=workers), AttachmentReconciler(world, writer)
+    attachments = AttachmentReconciler(
+        world,
+        writer,
+        announce_timeout=settings.announce_timeout_seconds,
+        quota_retry=settings.quota_retry_seconds,
     )
+    manager.add(dataclasses.replace(ATTACHMENT_CONTROLLER, workers=workers), attachments)
     manager.add(dataclasses.replace(CLAIM_CONTROLLER, workers=workers), ClaimReconciler(world, writer))
     manager.add(CLASS_CONTROLLER, ClassReconciler(world, writer))
     repairer = Repairer(world, writer, settings.repair_interval_seconds, settings.repair_grace_seconds)
@@ -618,6 +765,8 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
     manager.uses(ALLOCATIONS, "get")
     manager.uses(ATTACHMENTS, "get")
     manager.uses(CLAIMS, "get")
+    # Who took a rendered Service's name, when a create finds it taken (409) before the cache does.
+    manager.uses(SERVICES, "get")
     # The repair loop's deletes of orphaned allocations (the wirings declare the controllers' own).
     manager.uses(ALLOCATIONS, "delete")
-    registry.register(WorldCollector(world))
+    registry.register(on_loop(WorldCollector(world)))

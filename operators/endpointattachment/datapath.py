@@ -1,27 +1,54 @@
 """The VM datapath modes (PortList, WholeIP): the proxy declaration, ports, backends and exclusivity.
 
+cozy-proxy (cozystack/cozy-proxy, ``pkg/controllers/services_controller.go``, ``pkg/proxy/nft.go``)
+keys its NAT map, egress SNAT map, port filter and ICMP allow on the backend *pod IP*, not on the
+Service: programming a second Service onto a pod replaces the first one's entries, and deleting any
+of its Services clears the entries of the pods that Service selected, whoever owns them now. It reads
+only the first load-balancer ingress address and the first ready address of the v1 Endpoints. So a
+pod may be published by one proxied Service only, and that must hold before anything renders.
+
 Decides, in this order (the first failure is the verdict):
 1. the declared proxy: a ServiceProxy (not being deleted) whose ``modes`` holds the mode and whose
    ``ipFamilies`` (IPv4 when empty: cozy-proxy is IPv4 only) holds the address's family. None declares
    the mode: ``ProxyNotDeclared``; some declare the mode, none for the family:
-   ``AddressFamilyUnsupported``. A declaration that lists no modes declares none. Several matching:
-   the one whose object name sorts first, so every pass picks the same proxy name.
+   ``AddressFamilyUnsupported``. A declaration that lists no modes declares none. Several matching
+   declarations that name the same proxy are one; naming different proxies is ambiguous:
+   ``ProxyDeclarationConflict`` (no name is picked: the caller leaves a live Service exactly as it
+   is, neither relabelled nor deleted, and renders no new one, until the platform removes the
+   ambiguity; guessing a name could hand live traffic to a proxy nobody runs).
 2. PortList ports: each needs a numeric ``targetPort`` equal to ``port`` (absent means equal) and
    protocol TCP or UDP (absent means TCP): cozy-proxy does no port translation.
-3. WholeIP backends: more than one ready backend is ``MultipleBackends`` (dark rather than picking one);
-   exactly one publishes, and so does none (nothing to forward to, nothing stale to keep forwarding).
-4. exclusivity, keyed on the backend pod: none of this attachment's ready backends may be a backend of
-   another Service delegated to the same declared proxy, unless this attachment wins. A Service not
-   rendered by an attachment (a chart's own cozy-proxy Service) always wins; among attachments the
-   smaller ``(creationTimestamp, name)`` wins, then namespace and UID to make the order total.
-   Timestamps are compared as the API's RFC 3339 ``Z`` text, which sorts chronologically.
+3. backends, both VM modes: more than one ready backend is ``MultipleBackends`` (dark rather than
+   letting cozy-proxy pick the first Endpoints address and leave the others' egress unmapped);
+   exactly one publishes; none renders (so the proxy programs the pod the moment it is ready), but is
+   not Ready (``reconcile`` says ``NoReadyBackend``).
+4. exclusivity, keyed on the backend pod and decided over every pod the endpoint *selects*, ready or
+   not (a VM pod that is not scheduled or not ready has no endpoint yet, but will): a rival is every
+   other Service delegated to the same proxy and every other VM-mode attachment, rendered or not,
+   that could render (``could_render``: its endpoint known, its mode declared, PortList ports that
+   need no translation; one lacking only an address counts), whose pods meet ours, or whose
+   selector contains ours or is contained in it (so two attachments to one stopped VM, which has no
+   pod at all, still meet). A Service not rendered by an attachment
+   (a chart's own cozy-proxy Service) always wins; among attachments the smaller
+   ``(creationTimestamp, name)`` wins, then namespace and UID to make the order total. A Service
+   rendered by an attachment that is not cached ranks after every cached one (``uncached_rank``):
+   it is never taken for the oldest. Timestamps are compared as the API's RFC 3339 ``Z`` text, which
+   sorts chronologically.
+5. what a change of a proxied Service of ours breaks (``survivors``): the other proxied Services that
+   select (or selected) its pods, which cozy-proxy must program again after the change; the glue
+   writes ``REPROGRAM_ANNOTATION`` on each with ``reprogram_token`` (deterministic, so a second pass
+   writes nothing).
 
-Backends come from EndpointSlices: endpoints whose ``conditions.ready`` is not false (the API says nil
-means ready), keyed by the pod UID of their ``targetRef`` and so deduplicated across the IPv4 and IPv6
-slices of one pod. An endpoint with no pod targetRef is keyed by its first address.
+Selection: a Service selects the pods of its namespace whose labels hold every pair of its selector
+(``selects``), minus finished ones (Succeeded, Failed), keyed by pod UID; a Service's EndpointSlice
+endpoints (ready or not) with a pod targetRef count as selected too (a selector-less Service with
+hand-made endpoints). Readiness comes from EndpointSlices: endpoints whose ``conditions.ready`` is
+not false (the API says nil means ready), keyed by the pod UID of their ``targetRef`` and so
+deduplicated across the IPv4 and IPv6 slices of one pod. An endpoint with no pod targetRef is keyed
+by its first address.
 
 Does not: decide Standard mode (no proxy is involved there), list anything (the caller passes the
-proxied Services with their backends), or render the Service.
+rivals with their selected pods), write anything, or render the Service.
 """
 
 from __future__ import annotations
@@ -35,6 +62,8 @@ from operators.endpointattachment.constants import (
     MODE_PORT_LIST,
     MODE_WHOLE_IP,
     POD_KIND,
+    POD_PHASE_FAILED,
+    POD_PHASE_SUCCEEDED,
     PROTOCOL_TCP,
     PROTOCOL_UDP,
     REASON_ADDRESS_FAMILY_UNSUPPORTED,
@@ -42,6 +71,7 @@ from operators.endpointattachment.constants import (
     REASON_EXCLUSIVITY_CONFLICT,
     REASON_MULTIPLE_BACKENDS,
     REASON_PORT_TRANSLATION_UNSUPPORTED,
+    REASON_PROXY_DECLARATION_CONFLICT,
     REASON_PROXY_NOT_DECLARED,
     VM_MODES,
 )
@@ -50,6 +80,11 @@ from operators.endpointattachment.constants import (
 _PROXIED_PROTOCOLS: Final = frozenset({PROTOCOL_TCP, PROTOCOL_UDP})
 # Backend keys for endpoints without a pod targetRef are prefixed so they never equal a pod UID.
 _ADDRESS_KEY_PREFIX: Final = "address:"
+# The creationTimestamp an attachment that is not cached ranks with: "~" sorts after every RFC 3339
+# text, so an attachment we cannot see is never the oldest.
+UNCACHED_TIMESTAMP: Final = "~"
+# Pods in these phases are done: no endpoint will ever point at them again.
+_FINISHED_PHASES: Final = frozenset({POD_PHASE_SUCCEEDED, POD_PHASE_FAILED})
 
 
 @dataclass(frozen=True)
@@ -84,10 +119,13 @@ class AttachmentRank:
 
 @dataclass(frozen=True)
 class ProxiedService:
-    """A Service delegated to a proxy, as the exclusivity check sees it.
+    """A rival for the backend pods, as the exclusivity check sees it: a Service delegated to a proxy,
+    or a VM-mode attachment (``name`` is then its rendered Service's name, rendered or not).
 
-    ``attachment`` is the rank of the attachment that rendered it (its controller), None for a Service
-    no attachment rendered.
+    ``backends`` are the keys (pod UIDs) of every pod it selects, ready or not; ``selector`` its
+    selector (None: none known). ``attachment`` is the rank of the attachment that rendered it (its
+    controller) or would render it, None for a Service no attachment rendered. ``uid`` and
+    ``resource_version`` are the Service's (empty for an attachment not rendered).
     """
 
     namespace: str
@@ -95,6 +133,9 @@ class ProxiedService:
     proxy_name: str
     backends: frozenset[str]
     attachment: AttachmentRank | None = None
+    selector: Mapping[str, str] | None = None
+    uid: str = ""
+    resource_version: str = ""
 
 
 def rank_of(attachment: Mapping[str, Any]) -> AttachmentRank:
@@ -106,6 +147,11 @@ def rank_of(attachment: Mapping[str, Any]) -> AttachmentRank:
         namespace=str(metadata.get("namespace") or ""),
         uid=str(metadata.get("uid") or ""),
     )
+
+
+def uncached_rank(name: str, namespace: str, uid: str) -> AttachmentRank:
+    """The rank of an attachment known only from an owner reference: after every cached one."""
+    return AttachmentRank(UNCACHED_TIMESTAMP, name, namespace, uid)
 
 
 def proxy_declarations(service_proxies: Iterable[Mapping[str, Any]]) -> tuple[ProxyDeclaration, ...]:
@@ -136,15 +182,27 @@ def find_proxy(service_proxies: Iterable[Mapping[str, Any]], mode: str, family: 
     for_mode = [d for d in proxy_declarations(service_proxies) if mode in d.modes]
     if not for_mode:
         return Verdict(False, REASON_PROXY_NOT_DECLARED, f"no ServiceProxy declares mode {mode}")
-    for declaration in for_mode:
-        if family in declaration.ip_families:
-            return Verdict(
-                True,
-                REASON_ADMITTED,
-                f"ServiceProxy {declaration.name} serves {mode} for {family}",
-                proxy_name=declaration.service_proxy_name,
-            )
-    return Verdict(False, REASON_ADDRESS_FAMILY_UNSUPPORTED, f"no ServiceProxy serves {mode} for {family}")
+    serving = [d for d in for_mode if family in d.ip_families]
+    if not serving:
+        return Verdict(
+            False, REASON_ADDRESS_FAMILY_UNSUPPORTED, f"no ServiceProxy serves {mode} for {family}"
+        )
+    names = sorted({d.service_proxy_name for d in serving})
+    if len(names) > 1:
+        which = ", ".join(f"{d.name} ({d.service_proxy_name})" for d in serving)
+        return Verdict(
+            False,
+            REASON_PROXY_DECLARATION_CONFLICT,
+            f"ServiceProxies {which} declare different proxies for {mode} over {family}; "
+            "a live Service is left exactly as it is, none is rendered until one declaration remains",
+        )
+    declaration = serving[0]
+    return Verdict(
+        True,
+        REASON_ADMITTED,
+        f"ServiceProxy {declaration.name} serves {mode} for {family}",
+        proxy_name=declaration.service_proxy_name,
+    )
 
 
 def check_port_list(ports: Sequence[Mapping[str, Any]]) -> Verdict:
@@ -164,6 +222,57 @@ def check_port_list(ports: Sequence[Mapping[str, Any]]) -> Verdict:
                 f"port {label}: targetPort {target!r} differs from port {port.get('port')}",
             )
     return Verdict(True, REASON_ADMITTED, "every port is forwarded as is")
+
+
+def selects(selector: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
+    """Service selector semantics: a non-empty selector whose every pair the labels hold."""
+    return bool(selector) and all(labels.get(k) == v for k, v in (selector or {}).items())
+
+
+def selected_pods(selector: Mapping[str, str] | None, pods: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """UIDs of the pods (of one namespace) the selector selects, ready or not, finished ones aside."""
+    keys: set[str] = set()
+    for pod in pods:
+        metadata = pod.get("metadata") or {}
+        if (pod.get("status") or {}).get("phase") in _FINISHED_PHASES or not metadata.get("uid"):
+            continue
+        if selects(selector, metadata.get("labels") or {}):
+            keys.add(str(metadata["uid"]))
+    return frozenset(keys)
+
+
+def slice_pods(endpoint_slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """Keys of every endpoint (ready or not) of some EndpointSlices."""
+    keys = {backend_key(e) for s in endpoint_slices for e in s.get("endpoints") or ()}
+    return frozenset(k for k in keys if k)
+
+
+def selectors_nested(a: Mapping[str, str] | None, b: Mapping[str, str] | None) -> bool:
+    """Whether one non-empty selector contains the other: every pod the larger selects, the smaller
+    selects too, so the two meet whenever such a pod exists (even while none does)."""
+    if not a or not b:
+        return False
+    pairs_a, pairs_b = set(a.items()), set(b.items())
+    return pairs_a <= pairs_b or pairs_b <= pairs_a
+
+
+def ready_backend_names(endpoint_slices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
+    """The ready backends of some EndpointSlices as people name them (pod name and address),
+    one per backend key, sorted."""
+    named: dict[str, str] = {}
+    for endpoint_slice in endpoint_slices:
+        for endpoint in endpoint_slice.get("endpoints") or ():
+            if (endpoint.get("conditions") or {}).get("ready") is False:
+                continue
+            key = backend_key(endpoint)
+            if not key or key in named:
+                continue
+            target = endpoint.get("targetRef") or {}
+            addresses = endpoint.get("addresses") or ()
+            address = f" ({addresses[0]})" if addresses else ""
+            pod = target.get("name") if target.get("kind") == POD_KIND else None
+            named[key] = f"pod {pod}{address}" if pod else f"address {addresses[0] if addresses else key}"
+    return tuple(sorted(named.values()))
 
 
 def ready_backends(endpoint_slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:
@@ -189,12 +298,27 @@ def backend_key(endpoint: Mapping[str, Any]) -> str | None:
 
 
 def check_backends(mode: str, backends: frozenset[str]) -> Verdict:
-    """WholeIP publishes only with at most one ready backend; PortList has no such limit."""
-    if mode == MODE_WHOLE_IP and len(backends) > 1:
+    """Either VM mode publishes only with at most one ready backend: cozy-proxy serves one pod per
+    address (the first address of the Endpoints) and leaves the others' egress unmapped."""
+    if mode in (MODE_WHOLE_IP, MODE_PORT_LIST) and len(backends) > 1:
         return Verdict(
-            False, REASON_MULTIPLE_BACKENDS, f"{len(backends)} ready backends; WholeIP publishes with one"
+            False,
+            REASON_MULTIPLE_BACKENDS,
+            f"{len(backends)} ready backends; {mode} publishes one pod per address",
         )
     return Verdict(True, REASON_ADMITTED, f"{len(backends)} ready backend(s)")
+
+
+def could_render(
+    mode: str, ports: Sequence[Mapping[str, Any]] | None, service_proxies: Iterable[Mapping[str, Any]]
+) -> bool:
+    """Whether an attachment (as a rival) could ever render with what it has now: its endpoint is
+    known (``ports`` not None), a proxy is declared for its mode (any family), and in PortList its
+    ports need no translation. One that cannot never takes a pod from anyone; one that lacks only an
+    address still counts (it may get one at any moment)."""
+    if ports is None or not any(mode in d.modes for d in proxy_declarations(service_proxies)):
+        return False
+    return mode != MODE_PORT_LIST or check_port_list(ports).ok
 
 
 def check_exclusivity(
@@ -203,9 +327,11 @@ def check_exclusivity(
     proxy_name: str,
     backends: frozenset[str],
     others: Iterable[ProxiedService],
+    selector: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """Whether this attachment may hold its backends on ``proxy_name``; the loser's message names the winner.
+    """Whether this attachment may hold its pods on ``proxy_name``; the loser's message names the winner.
 
+    ``backends`` are the pods the endpoint selects (ready or not), ``selector`` its selector.
     ``my_service`` is (namespace, name) of this attachment's rendered Service, which is never a rival.
     """
     rivals = [
@@ -214,7 +340,7 @@ def check_exclusivity(
         if other.proxy_name == proxy_name
         and (other.namespace, other.name) != my_service
         and not (other.attachment is not None and me.uid and other.attachment.uid == me.uid)
-        and other.backends & backends
+        and meets(other, backends, selector, me.namespace)
     ]
     charts = sorted((o for o in rivals if o.attachment is None), key=lambda o: (o.namespace, o.name))
     if charts:
@@ -228,12 +354,45 @@ def check_exclusivity(
     return Verdict(True, REASON_ADMITTED, "no other proxied Service holds these backends")
 
 
+def meets(
+    other: ProxiedService, pods: frozenset[str], selector: Mapping[str, str] | None, namespace: str = ""
+) -> bool:
+    """Whether a rival shares a pod with these, or its selector nests with this one (same namespace)."""
+    if other.backends & pods:
+        return True
+    return (not namespace or other.namespace == namespace) and selectors_nested(other.selector, selector)
+
+
 def _lost_to(winner: ProxiedService, what: str) -> Verdict:
     return Verdict(
         False,
         REASON_EXCLUSIVITY_CONFLICT,
-        f"a backend pod is already published by Service {winner.namespace}/{winner.name} ({what})",
+        f"a backend pod is published by Service {winner.namespace}/{winner.name} ({what}); "
+        "cozy-proxy serves one Service per pod",
     )
+
+
+def survivors(changed: ProxiedService, others: Iterable[ProxiedService]) -> list[tuple[str, str]]:
+    """(namespace, name) of the existing proxied Services, on the same proxy, that cozy-proxy must
+    program again after ``changed`` (a proxied Service of ours) is deleted or changed: those whose pods
+    meet the pods ``changed`` selected, or whose selector nests with its selector. Only Services that
+    exist (a ``uid``) are returned, sorted."""
+    found = {
+        (other.namespace, other.name)
+        for other in others
+        if other.uid
+        and other.uid != changed.uid
+        and other.proxy_name == changed.proxy_name
+        and (other.namespace, other.name) != (changed.namespace, changed.name)
+        and meets(other, changed.backends, changed.selector, changed.namespace)
+    }
+    return sorted(found)
+
+
+def reprogram_token(changed: ProxiedService) -> str:
+    """The value written on survivors: the changed Service's UID and resourceVersion (after the write;
+    its last one for a deletion). Deterministic, so a repeated pass writes nothing new."""
+    return f"{changed.namespace}/{changed.name}/{changed.uid}/{changed.resource_version}"
 
 
 def admit(
@@ -246,8 +405,11 @@ def admit(
     me: AttachmentRank,
     my_service: tuple[str, str],
     others: Iterable[ProxiedService],
+    selected: frozenset[str] | None = None,
+    selector: Mapping[str, str] | None = None,
 ) -> Verdict:
-    """The whole VM-mode decision, in the order of the module docstring."""
+    """The whole VM-mode decision, in the order of the module docstring. ``backends`` are the ready
+    backends; ``selected`` every pod the endpoint selects (``backends`` when not given)."""
     proxy = find_proxy(service_proxies, mode, family)
     if not proxy.ok or proxy.proxy_name is None:
         return proxy
@@ -257,7 +419,8 @@ def admit(
     for verdict in checks:
         if not verdict.ok:
             return verdict
-    exclusive = check_exclusivity(me, my_service, proxy.proxy_name, backends, others)
+    pods = backends if selected is None else selected | backends
+    exclusive = check_exclusivity(me, my_service, proxy.proxy_name, pods, others, selector)
     if not exclusive.ok:
         return exclusive
     return Verdict(True, REASON_ADMITTED, proxy.message, proxy_name=proxy.proxy_name)

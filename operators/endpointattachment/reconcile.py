@@ -27,21 +27,40 @@ Decides, on every pass, all four conditions and what the glue must do:
     namespace check also applies to a held address: it stays held but dark.
 - DatapathAdmitted: Standard is always admitted; the VM modes go through ``datapath.admit`` with the
   endpoint's ports, the ready backends of the endpoint's EndpointSlices (the rendered Service mirrors
-  its selector, so its pods are the same, and they exist before we render), and the address's family
-  (the class's family until an address is bound).
+  its selector, so its pods are the same), every pod the endpoint's selector selects in the namespace
+  (ready or not: exclusivity is decided before anything renders), and the address's family (the
+  class's family until an address is bound). ``ProxyDeclarationConflict`` (two ServiceProxies name
+  different proxies) freezes a live Service of ours: neither patched (no relabelling) nor deleted.
 - the rendered Service: desired only when the first three conditions are True. A Service with the
   rendered name that is not controlled by this attachment's UID is never created over, patched or
   deleted (``ServiceNameConflict``); ours is created, patched (merge patch of our fields), recreated
   (an immutable field changed) or deleted when dark.
 - Ready: the first non-True of the three conditions (its reason and message), then
   ``ServiceNameConflict``, then ``AddressPending`` until the rendered Service's
-  ``status.loadBalancer.ingress`` holds the bound address, then ``Published``.
+  ``status.loadBalancer.ingress`` holds the bound address, then ``Published``. In a VM mode the
+  proxy must also have a pod to program the address onto: with no ready backend Ready is
+  ``NoReadyBackend``; ``Published`` names the pod that receives the traffic.
+- what the API and time tell (``PassContext``, passed in by the glue; without one, neither applies):
+  * a rendered Service the API refused (``ServiceRefusal``: 400, 403 or 422, from validation, a
+    webhook or an admission policy, a quota, a terminating namespace) is a business outcome, not an
+    error: Ready is False with the API's message (``ServiceRefused``, ``ServiceQuotaExceeded``,
+    ``NamespaceTerminating``), and the very same create or patch is not planned again. Anything the
+    Service is rendered from changing (the attachment, its endpoint, class, claim or address) makes
+    another body and so another attempt. A quota frees without an event we watch, so a quota refusal
+    is tried again ``quota_retry_seconds`` after it (``Plan.recheck_after``); a namespace being
+    deleted never comes back, and other refusals answer the same request the same way.
+  * ``AddressNotAnnounced``: our Service has waited ``announce_timeout_seconds`` since it was written
+    (its creation, or our last change of it, whichever is later) and the load balancer has not put the
+    address in its ingress; the message says how long, since when, and what was asked (the address
+    and the loadBalancerClass). Until then ``AddressPending``, with a ``recheck_after`` at the
+    deadline. Not final: the address showing up in the ingress makes it ``Published``.
 - status fields: ``address`` (canonical), ``serviceName`` (only while we render a Service of ours),
   ``application`` (only while resolved); ``observedGeneration`` and conditions via
   ``shared.conditions.status_patch``.
-- deletion (``deletionTimestamp`` set): a finalize plan that deletes our Service, releases the
-  allocation this attachment holds and its use of the claim (never the claim's address), and writes no
-  status.
+- deletion (``deletionTimestamp`` set): a finalize plan that deletes our Service and, only once that
+  Service is observed gone (``waits_for_service`` until then: a Service held by a load balancer's
+  finalizer still asks for the address), releases the allocation this attachment holds and its use of
+  the claim (never the claim's address); it writes no status.
 
 Does not: perform any of it, read the clock (``now`` is passed in), or list anything: the caller passes
 the objects, already narrowed as documented on ``Observed``.
@@ -52,8 +71,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from collections.abc import Set as AbstractSet
 from dataclasses import dataclass, field, replace
+from datetime import datetime
 from enum import StrEnum
-from typing import Any
+from typing import Any, Final
 
 from operators.endpointattachment.addresses import (
     AddressPool,
@@ -70,6 +90,7 @@ from operators.endpointattachment.addresses import (
     start_offset,
 )
 from operators.endpointattachment.constants import (
+    CILIUM_IPS_ANNOTATION,
     CLAIM_PHASE_BOUND,
     CLAIM_PHASE_PENDING,
     COND_ADDRESS_BOUND,
@@ -82,9 +103,11 @@ from operators.endpointattachment.constants import (
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
     HELMRELEASE_API_VERSION,
     HELMRELEASE_KIND,
+    METALLB_IPS_ANNOTATION,
     MODE_STANDARD,
     MODES,
     REASON_ADDRESS_IN_USE,
+    REASON_ADDRESS_NOT_ANNOUNCED,
     REASON_ADDRESS_PENDING,
     REASON_ADDRESS_UNBOUND,
     REASON_ADMITTED,
@@ -99,12 +122,26 @@ from operators.endpointattachment.constants import (
     REASON_MINTED,
     REASON_MINTING,
     REASON_NAMESPACE_NOT_ALLOWED,
+    REASON_NAMESPACE_TERMINATING,
+    REASON_NO_READY_BACKEND,
     REASON_POOL_EXHAUSTED,
+    REASON_PROXY_DECLARATION_CONFLICT,
     REASON_PROXY_NOT_DECLARED,
     REASON_PUBLISHED,
     REASON_SERVICE_NAME_CONFLICT,
+    REASON_SERVICE_QUOTA_EXCEEDED,
+    REASON_SERVICE_REFUSED,
+    VM_MODES,
 )
-from operators.endpointattachment.datapath import ProxiedService, admit, rank_of, ready_backends
+from operators.endpointattachment.datapath import (
+    ProxiedService,
+    admit,
+    rank_of,
+    ready_backend_names,
+    ready_backends,
+    selected_pods,
+    slice_pods,
+)
 from operators.endpointattachment.endpoint import (
     EndpointCheck,
     bound_application_uid,
@@ -120,7 +157,7 @@ from operators.endpointattachment.render import (
     service_name,
     service_patch,
 )
-from shared.conditions import FALSE, TRUE, UNKNOWN, Condition, JsonPatch, status_patch
+from shared.conditions import FALSE, TRUE, UNKNOWN, Condition, JsonPatch, rfc3339, status_patch
 from shared.lineage import labels_of
 from shared.ownership import is_controlled_by, owner_reference
 
@@ -139,7 +176,9 @@ class Observed:
       membership is asked, so the glue may pass a view over its index instead of a copy.
     - ``service``: the Service with the rendered name (``render.service_name``), whoever owns it.
     - ``endpoint_slices``: the EndpointSlices of the endpoint Service.
-    - ``proxied_services``: every Service delegated to a proxy that may share backends with us.
+    - ``proxied_services``: every rival for our pods: each Service delegated to a proxy and each
+      other VM-mode attachment of the namespace, with the pods it selects.
+    - ``pods``: the (not finished) pods of the attachment's namespace, for what the endpoint selects.
     - ``namespace_labels``: the labels of the attachment's namespace.
     """
 
@@ -155,6 +194,7 @@ class Observed:
     endpoint_slices: Sequence[Mapping[str, Any]] = ()
     proxied_services: Sequence[ProxiedService] = ()
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
+    pods: Sequence[Mapping[str, Any]] = ()
 
 
 class ServiceAction(StrEnum):
@@ -165,6 +205,58 @@ class ServiceAction(StrEnum):
     PATCH = "Patch"  # JSON merge patch ``Plan.service_patch``
     RECREATE = "Recreate"  # delete, then create ``Plan.service`` on a later pass
     DELETE = "Delete"
+
+
+# Where a rendered Service asks the load balancer for its address (one per provider).
+_ADDRESS_ANNOTATIONS: Final = (METALLB_IPS_ANNOTATION, CILIUM_IPS_ANNOTATION)
+# HTTP statuses of a refusal (not an error to retry): the request itself is wrong for this cluster.
+REFUSED_STATUSES: Final = frozenset({400, 403, 422})
+# How the API words the two refusals that are not about the Service itself (a 403 for each).
+QUOTA_MESSAGE: Final = "exceeded quota"
+NAMESPACE_TERMINATING_MESSAGE: Final = "because it is being terminated"
+# Defaults of the glue's settings (``--announce-timeout-seconds``, ``--quota-retry-seconds``).
+ANNOUNCE_TIMEOUT_SECONDS: Final = 60.0
+QUOTA_RETRY_SECONDS: Final = 60.0
+
+
+@dataclass(frozen=True)
+class ServiceRefusal:
+    """The API's refusal of a write of the rendered Service: what was sent (``body``: the Service
+    for a create, the merge patch for a patch), when, and the API's answer, already named."""
+
+    action: ServiceAction
+    body: Mapping[str, Any]
+    reason: str
+    message: str
+    at: datetime
+
+
+def refusal_of(
+    action: ServiceAction, body: Mapping[str, Any], status: int, message: str, at: datetime
+) -> ServiceRefusal | None:
+    """The refusal an API answer is, or None when it is no business outcome (a conflict, a missing
+    namespace, a throttled or failing server: transient, retried with backoff)."""
+    if status not in REFUSED_STATUSES:
+        return None
+    if status == 403 and QUOTA_MESSAGE in message:
+        reason = REASON_SERVICE_QUOTA_EXCEEDED
+    elif status == 403 and NAMESPACE_TERMINATING_MESSAGE in message:
+        reason = REASON_NAMESPACE_TERMINATING
+    else:
+        reason = REASON_SERVICE_REFUSED
+    return ServiceRefusal(action=action, body=body, reason=reason, message=message, at=at)
+
+
+@dataclass(frozen=True)
+class PassContext:
+    """What the glue knows beyond the caches: the time, when it last wrote the rendered Service, the
+    API's last refusal of it, and the two waits (seconds)."""
+
+    now: datetime
+    written_at: datetime | None = None
+    refusal: ServiceRefusal | None = None
+    announce_timeout_seconds: float = ANNOUNCE_TIMEOUT_SECONDS
+    quota_retry_seconds: float = QUOTA_RETRY_SECONDS
 
 
 @dataclass(frozen=True)
@@ -202,6 +294,10 @@ class Plan:
     finalizing: bool = False
     release_allocation: str | None = None
     release_claim: str | None = None
+    # Deletion only: our Service is still observed, so nothing is released yet (its deletion wakes us).
+    waits_for_service: bool = False
+    # Seconds after which time alone changes this decision (an announce deadline, a quota retry).
+    recheck_after: float | None = None
 
     @property
     def ready(self) -> bool:
@@ -236,8 +332,8 @@ class _Address:
     status: Mapping[str, Any] = field(default_factory=dict)
 
 
-def reconcile(observed: Observed) -> Plan:
-    """The plan for one pass over one attachment."""
+def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
+    """The plan for one pass over one attachment (``context``: see ``PassContext``)."""
     attachment = observed.attachment
     metadata = attachment.get("metadata") or {}
     if metadata.get("deletionTimestamp"):
@@ -271,12 +367,22 @@ def reconcile(observed: Observed) -> Plan:
             proxy_name=proxy_name,
         )
     action, patch = _service_action(existing, ours, desired)
+    if datapath_condition.reason == REASON_PROXY_DECLARATION_CONFLICT and action is ServiceAction.DELETE:
+        action = ServiceAction.NONE  # frozen: never relabelled, never deleted on an ambiguity
+    refused, recheck_after = _still_refused(context, action, desired, patch)
+    if refused is not None:
+        action, patch = ServiceAction.NONE, None  # the same request would get the same answer
     ready = _ready(prerequisites, existing, ours, action, address.address)
+    ready = _vm_ready(ready, mode, _endpoint_slices(observed))
+    ready, announce_recheck = _refused_or_unannounced(ready, refused, existing, ours, action, context)
+    recheck_after = announce_recheck if recheck_after is None else recheck_after
 
     status: dict[str, Any] = {
         **address.status,
         # Named only while we render it: never point the tenant at someone else's Service.
-        "serviceName": rendered_name if desired is not None and (existing is None or ours) else None,
+        "serviceName": rendered_name
+        if desired is not None and (ours or (existing is None and refused is None))
+        else None,
         "application": application,
     }
     return Plan(
@@ -292,6 +398,7 @@ def reconcile(observed: Observed) -> Plan:
         finalizing=False,
         release_allocation=None,
         release_claim=None,
+        recheck_after=recheck_after,
     )
 
 
@@ -301,6 +408,16 @@ def finalize(observed: Observed) -> Plan:
     uid = str(metadata.get("uid") or "")
     service = observed.service
     ours = service is not None and is_controlled_by(service, uid)
+    deleting = ours and bool(((service or {}).get("metadata") or {}).get("deletionTimestamp"))
+    if ours:
+        # The address is released only once our Service is gone from the API: until then it still
+        # asks the load balancer for it (a cloud load balancer's finalizer can hold it a while).
+        return Plan(
+            generation=int(metadata.get("generation") or 0),
+            service_action=ServiceAction.NONE if deleting else ServiceAction.DELETE,
+            finalizing=True,
+            waits_for_service=True,
+        )
     claim_name = ((observed.attachment.get("spec") or {}).get("address") or {}).get("claimName")
     release_claim = None
     if observed.claim is not None and claim_name and _claim_user_uid(observed.claim) == uid:
@@ -313,7 +430,7 @@ def finalize(observed: Observed) -> Plan:
             release_allocation = None
     return Plan(
         generation=int(metadata.get("generation") or 0),
-        service_action=ServiceAction.DELETE if ours else ServiceAction.NONE,
+        service_action=ServiceAction.NONE,
         finalizing=True,
         release_allocation=release_allocation,
         release_claim=release_claim,
@@ -506,12 +623,7 @@ def _datapath(
         return Condition(COND_DATAPATH_ADMITTED, UNKNOWN, REASON_ADDRESS_UNBOUND, message), None
     attachment = observed.attachment
     metadata = attachment.get("metadata") or {}
-    endpoint_name = str(((attachment.get("spec") or {}).get("endpoint") or {}).get("name") or "")
-    slices = [
-        s
-        for s in observed.endpoint_slices
-        if labels_of(s).get(ENDPOINTSLICE_SERVICE_NAME_LABEL) == endpoint_name
-    ]
+    slices = _endpoint_slices(observed)
     verdict = admit(
         mode=mode,
         family=family,
@@ -521,9 +633,34 @@ def _datapath(
         me=rank_of(attachment),
         my_service=(str(metadata.get("namespace") or ""), service_name(str(metadata.get("name") or ""))),
         others=observed.proxied_services,
+        selected=selected_pods(endpoint.selector, observed.pods) | slice_pods(slices),
+        selector=endpoint.selector,
     )
     status = TRUE if verdict.ok else FALSE
     return Condition(COND_DATAPATH_ADMITTED, status, verdict.reason, verdict.message), verdict.proxy_name
+
+
+def _endpoint_slices(observed: Observed) -> list[Mapping[str, Any]]:
+    """The EndpointSlices of the attachment's endpoint Service."""
+    endpoint_name = str(((observed.attachment.get("spec") or {}).get("endpoint") or {}).get("name") or "")
+    return [
+        s
+        for s in observed.endpoint_slices
+        if labels_of(s).get(ENDPOINTSLICE_SERVICE_NAME_LABEL) == endpoint_name
+    ]
+
+
+def _vm_ready(ready: Condition, mode: str, slices: Sequence[Mapping[str, Any]]) -> Condition:
+    """A VM mode is Published only when the proxy has a pod to program the address onto; the message
+    names that pod (several ready backends never get here: ``MultipleBackends``)."""
+    if mode not in VM_MODES or ready.reason != REASON_PUBLISHED:
+        return ready
+    backends = ready_backend_names(slices)
+    if not backends:
+        message = f"{ready.message}, but no backend pod is ready: nothing receives its traffic yet"
+        return Condition(COND_READY, FALSE, REASON_NO_READY_BACKEND, message)
+    message = f"{ready.message}; {mode} traffic goes to {backends[0]}"
+    return Condition(COND_READY, TRUE, REASON_PUBLISHED, message)
 
 
 def _service_action(
@@ -568,6 +705,79 @@ def _ready(
     return Condition(
         COND_READY, FALSE, REASON_ADDRESS_PENDING, f"waiting for the load balancer to announce {address}"
     )
+
+
+def _still_refused(
+    context: PassContext | None,
+    action: ServiceAction,
+    desired: Mapping[str, Any] | None,
+    patch: Mapping[str, Any] | None,
+) -> tuple[ServiceRefusal | None, float | None]:
+    """The API's refusal of exactly the write this pass would make (None: make it), and when a quota
+    refusal is tried again."""
+    refusal = context.refusal if context is not None else None
+    if context is None or refusal is None or refusal.action is not action:
+        return None, None
+    body = desired if action is ServiceAction.CREATE else patch if action is ServiceAction.PATCH else None
+    if body is None or dict(body) != dict(refusal.body):
+        return None, None  # something it is rendered from changed: a new request deserves an answer
+    if refusal.reason != REASON_SERVICE_QUOTA_EXCEEDED:
+        return refusal, None
+    remaining = context.quota_retry_seconds - (context.now - refusal.at).total_seconds()
+    return (refusal, remaining) if remaining > 0 else (None, None)
+
+
+def _refused_or_unannounced(
+    ready: Condition,
+    refused: ServiceRefusal | None,
+    existing: Mapping[str, Any] | None,
+    ours: bool,
+    action: ServiceAction,
+    context: PassContext | None,
+) -> tuple[Condition, float | None]:
+    """Ready as the API's refusal or the load balancer's silence past the deadline tell it, and the
+    seconds until that deadline (None: no deadline runs)."""
+    if refused is not None:
+        verb = "create" if refused.action is ServiceAction.CREATE else "change"
+        message = f"the API refused to {verb} the Service: {refused.message}"
+        return Condition(COND_READY, FALSE, refused.reason, message), None
+    if context is None or ready.reason != REASON_ADDRESS_PENDING or existing is None or not ours:
+        return ready, None
+    metadata = existing.get("metadata") or {}
+    if action is ServiceAction.PATCH:
+        # Changed by this very pass: the wait starts again now (and our own write wakes no one).
+        return ready, context.announce_timeout_seconds
+    if action is not ServiceAction.NONE or metadata.get("deletionTimestamp"):
+        return ready, None
+    since = _written_at(metadata.get("creationTimestamp"), context.written_at)
+    if since is None:
+        return ready, None
+    waited = (context.now - since).total_seconds()
+    timeout = context.announce_timeout_seconds
+    if waited < timeout:
+        return ready, timeout - waited
+    annotations = metadata.get("annotations") or {}
+    asked = next((str(annotations[key]) for key in _ADDRESS_ANNOTATIONS if annotations.get(key)), "?")
+    lb_class = (existing.get("spec") or {}).get("loadBalancerClass")
+    served_by = f"loadBalancerClass {lb_class}" if lb_class else "the default load balancer (no class)"
+    message = (
+        f"the load balancer has not announced {asked} within {timeout:g}s of the Service being written "
+        f"at {rfc3339(since)}; asked for {asked} from {served_by}: does it serve that class, and a pool "
+        "holding the address?"
+    )
+    return Condition(COND_READY, FALSE, REASON_ADDRESS_NOT_ANNOUNCED, message), None
+
+
+def _written_at(created: object, written_at: datetime | None) -> datetime | None:
+    """When the Service was last written: its creation, or our later change of it."""
+    try:
+        creation = datetime.fromisoformat(created) if isinstance(created, str) else None
+    except ValueError:
+        creation = None
+    if creation is not None and creation.tzinfo is None:
+        creation = None
+    moments = [m for m in (creation, written_at) if m is not None]
+    return max(moments) if moments else None
 
 
 def selector_matches(selector: Mapping[str, Any], labels: Mapping[str, str]) -> bool:

@@ -15,6 +15,10 @@ Decides:
   ever mint, None when the class is invalid, by the same rule as the ``ClassInvalid`` reason) and
   ``status.allocated`` (allocations whose ``spec.className`` is the class, orphans included: they hold
   an address until repaired).
+- ``class_status``: the whole status of a class: those two counts and its ``Ready`` condition, True
+  (``Available``: free addresses left) or False with why not: ``ClassInvalid`` (a pool that cannot be
+  read, an unknown provider; the message says which), ``PoolEmpty`` (no cidrs and no ranges, or every
+  address excluded), ``PoolExhausted`` (every address allocated).
 
 Does not: list or delete anything, or read the clock (``now`` is passed in). The caller must pass
 complete listings: a partial list of holders would make live allocations look orphaned. Listing the
@@ -30,7 +34,15 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from operators.endpointattachment.addresses import InvalidPool, pool_of
+from operators.endpointattachment.constants import (
+    COND_READY,
+    REASON_AVAILABLE,
+    REASON_CLASS_INVALID,
+    REASON_POOL_EMPTY,
+    REASON_POOL_EXHAUSTED,
+)
 from operators.endpointattachment.render import InvalidClassSettings, class_settings
+from shared.conditions import FALSE, TRUE, Condition
 
 # A live holder as observed: (kind, namespace, name), keyed by its UID.
 HolderIdentity = tuple[str, str, str]
@@ -89,6 +101,37 @@ def class_usage(
         if class_name and _mapping(allocation.get("spec")).get("className") == class_name
     )
     return capacity, allocated
+
+
+def class_status(
+    class_obj: Mapping[str, Any], allocations: Iterable[Mapping[str, Any]], capacity_limit: int
+) -> tuple[dict[str, Any], tuple[Condition, ...]]:
+    """The status fields (``capacity`` saturated at ``capacity_limit``, None when invalid: removed;
+    ``allocated``) and the Ready condition of an IPAddressClass."""
+    capacity, allocated = class_usage(class_obj, allocations)
+    fields = {"capacity": None if capacity is None else min(capacity, capacity_limit), "allocated": allocated}
+    name = _mapping(class_obj.get("metadata")).get("name")
+    spec = _mapping(class_obj.get("spec"))
+    if capacity is None:
+        try:
+            pool_of(spec)
+            class_settings(class_obj)
+            why = "it cannot be read"
+        except (InvalidPool, InvalidClassSettings) as error:
+            why = str(error)
+        ready = Condition(COND_READY, FALSE, REASON_CLASS_INVALID, f"IPAddressClass {name}: {why}")
+    elif capacity == 0:
+        why = "every address of the pool is excluded"
+        if not (spec.get("cidrs") or spec.get("ranges")):
+            why = "it names no cidrs and no ranges"
+        ready = Condition(COND_READY, FALSE, REASON_POOL_EMPTY, f"no address to hand out: {why}")
+    elif allocated >= capacity:
+        message = f"all {capacity} addresses are allocated"
+        ready = Condition(COND_READY, FALSE, REASON_POOL_EXHAUSTED, message)
+    else:
+        message = f"{capacity - allocated} of {capacity} addresses free"
+        ready = Condition(COND_READY, TRUE, REASON_AVAILABLE, message)
+    return fields, (ready,)
 
 
 def _orphan_reason(allocation: Mapping[str, Any], holders_by_uid: Mapping[str, HolderIdentity]) -> str | None:

@@ -4,8 +4,9 @@ the read view a pass assembles its ``Observed`` from.
 Decides: every kind the operator caches (``RESOURCES``) and the named indexes each cache keeps
 (``INDEXERS``: the runtime's ``Store`` files every object under its index values on each change, so a
 pass or a wake-up never scans every object); what each query of the read view ``World`` answers
-(the allocation an object holds, the taken addresses, an endpoint's slices, the proxied Services with
-their backends and rank, the application of an endpoint, the live holders of allocations); and how
+(the allocation an object holds, the taken addresses, an endpoint's slices, the rivals for a
+namespace's pods (proxied Services and VM-mode attachments, with the pods each selects and its rank),
+the application of an endpoint, the live holders of allocations); and how
 the ``Observed`` of one attachment is assembled from the caches, without any LIST.
 
 Does not: talk to the API or keep any object itself (the runtime's informers fill the stores, from
@@ -37,10 +38,18 @@ from operators.endpointattachment.constants import (
     SERVICE_PROXY_NAME_LABEL,
     SERVICE_PROXY_PLURAL,
 )
-from operators.endpointattachment.datapath import ProxiedService, rank_of, ready_backends
+from operators.endpointattachment.datapath import (
+    ProxiedService,
+    could_render,
+    rank_of,
+    selected_pods,
+    slice_pods,
+    survivors,
+    uncached_rank,
+)
 from operators.endpointattachment.reconcile import Observed
 from operators.endpointattachment.render import service_name
-from shared.kube import ENDPOINT_SLICES, NAMESPACES, SERVICES, Resource
+from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, Resource
 from shared.lineage import application_of, belongs_to
 from shared.ownership import sole_controller
 from shared.runtime.cache import Indexer, Key, Obj, Store, key_of
@@ -65,7 +74,11 @@ RESOURCES: Final = (
     ENDPOINT_SLICES,
     HELMRELEASES,
     NAMESPACES,
+    PODS,
 )
+# Pods that are done never back a Service again: the Pod cache leaves them out (the API server then
+# delivers a pod that finishes as a deletion).
+POD_FIELD_SELECTOR: Final = "status.phase!=Succeeded,status.phase!=Failed"
 
 # --- index names (the value each object is filed under is in the comment) --------------------------
 
@@ -203,16 +216,29 @@ INDEXERS: Final[Mapping[Resource, Mapping[str, Indexer]]] = {
     SERVICES: {PROXIED: _service_proxied},
     ENDPOINT_SLICES: {BY_SERVICE: _slice_service},
     HELMRELEASES: {BY_NAMESPACE: _namespace},
+    PODS: {BY_NAMESPACE: _namespace},
 }
 
 
 def slim(obj: Obj) -> Obj:
     """What a cache keeps of an object: everything but ``managedFields``, which no pass reads and
-    which is often the largest part of a Service or an EndpointSlice."""
+    which is often the largest part of a Service or an EndpointSlice (Pods: ``slim_pod``)."""
     metadata = obj.get("metadata")
     if isinstance(metadata, dict) and "managedFields" in metadata:
         obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
     return obj
+
+
+def slim_pod(pod: Obj) -> Obj:
+    """A Pod reduced to what exclusivity reads (which Services select it), whatever else it carries."""
+    metadata = pod.get("metadata") or {}
+    kept = ("name", "namespace", "uid", "resourceVersion", "labels", "deletionTimestamp")
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {k: metadata[k] for k in kept if k in metadata},
+        "status": {"phase": (pod.get("status") or {}).get("phase")},
+    }
 
 
 def empty_stores() -> dict[Resource, Store]:
@@ -251,6 +277,7 @@ class World:
         self.slices = caches.store(ENDPOINT_SLICES)
         self.helmreleases = caches.store(HELMRELEASES)
         self.namespaces = caches.store(NAMESPACES)
+        self.pods = caches.store(PODS)
 
     @classmethod
     def empty(cls) -> World:
@@ -353,36 +380,108 @@ class World:
     def slices_of(self, namespace: str, service: str) -> list[Obj]:
         return sorted(self.slices.index(BY_SERVICE, (namespace, service)), key=key_of)
 
-    def proxied_services(self) -> list[ProxiedService]:
-        """Every Service delegated to a proxy, with its ready backends and, if an attachment rendered
-        it (controller reference of kind EndpointAttachment), that attachment's rank."""
-        result = []
-        for service in sorted(self.services.index(PROXIED, True), key=key_of):
-            namespace, name = key_of(service)
+    def pods_in(self, namespace: str) -> list[Obj]:
+        return self.pods.index(BY_NAMESPACE, namespace)
+
+    def proxied_services(self, namespace: str | None = None) -> list[ProxiedService]:
+        """Every rival for pods (of ``namespace``, or everywhere): each Service delegated to a proxy,
+        with the pods its selector selects (ready or not) and its endpoints' pods, ranked by the
+        attachment that rendered it (controller reference of kind EndpointAttachment; one not cached
+        ranks after every cached one); then each VM-mode attachment not being deleted that could
+        render (``datapath.could_render``), under the name of the Service it renders, with the pods
+        its endpoint selects (rendered or not: a loser must never render, not even once)."""
+        result: list[ProxiedService] = []
+        services = self.services.index(PROXIED, True)
+        if namespace is not None:
+            services = [s for s in services if key_of(s)[0] == namespace]
+        proxy_names: dict[str, str] = {}
+        for service in sorted(services, key=key_of):
+            ns, name = key_of(service)
             owner = sole_controller(service)
             rank = None
             if owner and owner.get("kind") == ENDPOINT_ATTACHMENT_KIND:
-                attachment = self.attachments.get((namespace, str(owner.get("name"))))
+                attachment = self.attachments.get((ns, str(owner.get("name"))))
                 if attachment is None or _metadata(attachment).get("uid") != owner.get("uid"):
-                    # Not (or no longer) cached: ranked from the owner reference alone.
-                    attachment = {
-                        "metadata": {
-                            "name": owner.get("name"),
-                            "namespace": namespace,
-                            "uid": owner.get("uid"),
-                        }
-                    }
-                rank = rank_of(attachment)
+                    rank = uncached_rank(str(owner.get("name") or ""), ns, str(owner.get("uid") or ""))
+                else:
+                    rank = rank_of(attachment)
+                    proxy_names[str(owner.get("uid"))] = labels(service)[SERVICE_PROXY_NAME_LABEL]
+            selector = _spec(service).get("selector") or None
             result.append(
                 ProxiedService(
-                    namespace=namespace,
+                    namespace=ns,
                     name=name,
                     proxy_name=labels(service)[SERVICE_PROXY_NAME_LABEL],
-                    backends=ready_backends(self.slices_of(namespace, name)),
+                    backends=selected_pods(selector, self.pods_in(ns)) | slice_pods(self.slices_of(ns, name)),
                     attachment=rank,
+                    selector=selector,
+                    uid=str(_metadata(service).get("uid") or ""),
+                    resource_version=str(_metadata(service).get("resourceVersion") or ""),
                 )
             )
+        declared = self.declared_proxy_names()
+        for key in sorted(self.in_vm_mode()):
+            if namespace is not None and key[0] != namespace:
+                continue
+            attachment = self.attachments.get(key)
+            if attachment is None or _metadata(attachment).get("deletionTimestamp"):
+                continue
+            endpoint = self.endpoint_of(attachment)
+            mode = str(_spec(attachment).get("mode") or MODE_STANDARD)
+            ports = _spec(endpoint).get("ports") or [] if endpoint is not None else None
+            if not could_render(mode, ports, list(self.proxies.values())):
+                continue  # never renders as it is: takes no pod from anyone
+            selector = _spec(endpoint).get("selector") or None if endpoint is not None else None
+            ns, name = key
+            uid = str(_metadata(attachment).get("uid") or "")
+            # Under every proxy name it could render with (the one it renders with, when rendered).
+            for proxy_name in sorted({proxy_names[uid]} if uid in proxy_names else declared):
+                result.append(
+                    ProxiedService(
+                        namespace=ns,
+                        name=service_name(name),
+                        proxy_name=proxy_name,
+                        backends=selected_pods(selector, self.pods_in(ns))
+                        | slice_pods(self.slices_of(ns, endpoint_name(attachment))),
+                        attachment=rank_of(attachment),
+                        selector=selector,
+                    )
+                )
         return result
+
+    def declared_proxy_names(self) -> frozenset[str]:
+        """Every proxy name a live ServiceProxy declares."""
+        return frozenset(
+            str(_spec(p).get("serviceProxyName"))
+            for p in self.proxies.values()
+            if _spec(p).get("serviceProxyName") and not _metadata(p).get("deletionTimestamp")
+        )
+
+    def survivors_of(self, service: Mapping[str, Any]) -> list[Obj]:
+        """The existing proxied Services cozy-proxy must program again once ``service`` (a proxied
+        Service of ours, as last seen) is deleted or changed (``datapath.survivors``)."""
+        changed = self.as_proxied(service)
+        if changed is None:
+            return []
+        keys = survivors(changed, self.proxied_services(key_of(service)[0]))
+        return [found for k in keys if (found := self.services.get(k)) is not None]
+
+    def as_proxied(self, service: Mapping[str, Any]) -> ProxiedService | None:
+        """A proxied Service as the exclusivity check sees it (None when not delegated to a proxy)."""
+        proxy_name = labels(service).get(SERVICE_PROXY_NAME_LABEL)
+        if not proxy_name:
+            return None
+        ns, name = key_of(service)
+        selector = _spec(service).get("selector") or None
+        return ProxiedService(
+            namespace=ns,
+            name=name,
+            proxy_name=str(proxy_name),
+            backends=selected_pods(selector, self.pods_in(ns)) | slice_pods(self.slices_of(ns, name)),
+            selector=selector,
+            uid=str(_metadata(service).get("uid") or ""),
+            resource_version=str(_metadata(service).get("resourceVersion") or ""),
+        )
 
     def observe(self, key: Key) -> Observed | None:
         attachment = self.attachments.get(key)
@@ -406,8 +505,9 @@ class World:
             taken_addresses=self.taken_addresses() if held is None else frozenset(),
             service=self.services.get((namespace, service_name(name))),
             endpoint_slices=self.slices_of(namespace, endpoint_name(attachment)),
-            proxied_services=self.proxied_services() if in_vm_mode(attachment) else (),
+            proxied_services=self.proxied_services(namespace) if in_vm_mode(attachment) else (),
             namespace_labels=self.namespace_labels(namespace),
+            pods=self.pods_in(namespace) if in_vm_mode(attachment) else (),
         )
 
     def live_holders(self) -> dict[str, tuple[str, str, str]]:

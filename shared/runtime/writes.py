@@ -14,7 +14,10 @@ Decides:
   pass right after a write sees it, the write's own watch event is recognised as an echo, and the
   pass that wrote is not woken again by it;
 * a write is refused locally (``NotLeader``) unless the gate says this replica leads: a leader that
-  could not renew its lease stops writing at once, before the lease can pass to another replica.
+  could not renew its lease stops writing at once, before the lease can pass to another replica;
+* what the ``OwnerReferencesPermissionEnforcement`` admission plugin (hardened clusters) asks beyond
+  the verb of a write that sets owner references, as ``Write`` declarations for RBAC:
+  ``sets_owner_references`` and ``blocks_deletion_of``.
 
 Does not: decide what to write (the pure cores do), retry (the controller does), or delete without
 a UID precondition.
@@ -28,7 +31,7 @@ from typing import Any
 from shared.conditions import JsonPatch
 from shared.kube import ApiError, Kube, PatchKind, Resource
 from shared.runtime.cache import Informer, Obj, key_of
-from shared.runtime.controller import Conflict, NotLeader
+from shared.runtime.controller import Conflict, NotLeader, Write
 from shared.telemetry.tracing import stamp
 
 
@@ -161,3 +164,17 @@ class Writer:
             raise
         self.remember(resource, updated)
         return updated
+
+
+def sets_owner_references(resource: Resource) -> Write:
+    """What ``ensure_metadata(owner_reference=...)`` on an existing object of ``resource`` needs
+    beyond ``patch`` where the OwnerReferencesPermissionEnforcement admission plugin runs: ``delete``
+    on that object (only who may delete an object may change its owners). Never sent as a request."""
+    return Write(resource, ("delete",))
+
+
+def blocks_deletion_of(owner: Resource) -> Write:
+    """What writing an owner reference with ``blockOwnerDeletion: true`` to an object of ``owner``
+    needs under the same plugin: ``update`` on the owner's ``finalizers`` subresource (only who may
+    finalize an owner may hold up its foreground deletion). Never sent as a request."""
+    return Write(owner, ("update",), "finalizers")

@@ -185,6 +185,9 @@ FREED = make_allocation("203.0.113.12", holder=None)
         ("helmrelease", make_helmrelease("vm1", labels=VM_APP), {KB, KV}),
         ("helmrelease", make_helmrelease(labels={}), {KA, KB, KV}),  # no lineage: all of its namespace
         ("helmrelease", make_helmrelease(namespace=OTHER_NS), {KT}),
+        # which Services select a pod decides exclusivity: the VM-mode attachments of its namespace
+        ("pod", {"metadata": {"name": "vm", "namespace": NS, "uid": "p", "labels": {"vm": "1"}}}, {KV}),
+        ("pod", {"metadata": {"name": "vm", "namespace": OTHER_NS, "uid": "q"}}, set()),
     ],
 )
 def test_attachments_woken_by_an_added_object(
@@ -243,6 +246,12 @@ def test_attachments_woken_by_a_slice(
         (CHART_PROXY, changed(CHART_PROXY), set()),  # its status (a balancer's answer): not read
         (CHART_PROXY, changed(svc("chart-proxy", {SERVICE_PROXY_NAME_LABEL: "other"})), {KV}),
         (CHART_PROXY, changed(svc("chart-proxy", PROXIED, V)), {KV}),  # another controller: another rank
+        # another selector: other pods
+        (
+            CHART_PROXY,
+            changed({**CHART_PROXY, "spec": {**CHART_PROXY["spec"], "selector": {"x": "y"}}}),
+            {KV},
+        ),
     ],
 )
 def test_vm_mode_attachments_woken_by_a_proxied_service(
@@ -583,8 +592,13 @@ async def test_finalizing_releases_the_service_then_the_address_then_the_finaliz
     writer = RecordingWriter(caches)
     reconciler = controller.AttachmentReconciler(World(caches), writer)  # type: ignore[arg-type]
     assert await reconciler.reconcile(KA) == Result()
+    # The Service is asked to go; the address stays held until the Service is seen gone.
+    assert writer.calls == [("delete", "services", service_name("db-public"))]
+    assert caches.store(KINDS["allocation"]).get(("", "203.0.113.10")) is not None
+    writer.calls.clear()
+    caches.store(KINDS["service"]).delete((NS, service_name("db-public")))  # its deletion event
+    assert await reconciler.reconcile(KA) == Result()
     assert writer.calls == [
-        ("delete", "services", service_name("db-public")),
         ("delete", "ipaddressallocations", "203.0.113.10"),
         ("unfinalize", "endpointattachments", "db-public"),
     ]

@@ -12,6 +12,7 @@ from operators.endpointattachment.constants import (
     REASON_EXCLUSIVITY_CONFLICT,
     REASON_MULTIPLE_BACKENDS,
     REASON_PORT_TRANSLATION_UNSUPPORTED,
+    REASON_PROXY_DECLARATION_CONFLICT,
     REASON_PROXY_NOT_DECLARED,
 )
 from operators.endpointattachment.datapath import (
@@ -119,12 +120,20 @@ def proxied(
             id="picks the one for the family, with its declared name",
         ),
         pytest.param(
-            [make_serviceproxy("zz", proxy_name="second"), make_serviceproxy("aa", proxy_name="first")],
+            [make_serviceproxy("zz", proxy_name="same"), make_serviceproxy("aa", proxy_name="same")],
             "PortList",
             "IPv4",
             REASON_ADMITTED,
-            "first",
-            id="several: first by object name",
+            "same",
+            id="several naming one proxy are one",
+        ),
+        pytest.param(
+            [make_serviceproxy("zz", proxy_name="second"), make_serviceproxy("aa", proxy_name="first")],
+            "PortList",
+            "IPv4",
+            REASON_PROXY_DECLARATION_CONFLICT,
+            None,
+            id="several naming different proxies: ambiguous, no name guessed",
         ),
         pytest.param(
             [make_serviceproxy()], "Standard", "IPv4", REASON_PROXY_NOT_DECLARED, None, id="not a VM mode"
@@ -204,7 +213,8 @@ def test_backend_key_without_anything() -> None:
         ("WholeIP", 0, True),
         ("WholeIP", 1, True),
         ("WholeIP", 2, False),
-        ("PortList", 2, True),
+        ("PortList", 1, True),
+        ("PortList", 2, False),
     ],
 )
 def test_check_backends(mode: str, count: int, ok: bool) -> None:

@@ -664,14 +664,26 @@ def test_two_vm_attachments_on_one_pod_exactly_one_publishes() -> None:
 # --- deletion: hold and move -----------------------------------------------------------------------
 
 
-def test_finalize_deletes_our_service_and_releases_the_minted_address() -> None:
+def test_finalize_deletes_our_service_and_releases_the_minted_address_once_it_is_gone() -> None:
     service = published(reconcile(observe()))
     plan = reconcile(observe(attachment=make_attachment(deleting=True), service=service))
     assert plan.finalizing
     assert plan.service_action is ServiceAction.DELETE
+    assert plan.waits_for_service, "the address stays held while the Service still asks for it"
+    assert plan.release_allocation is None
+    assert plan.status_patch({}, NOW) == []
+
+    # Held by a load balancer's finalizer: not deleted again, still waited for.
+    deleting = {**service, "metadata": {**service["metadata"], "deletionTimestamp": NOW}}
+    plan = reconcile(observe(attachment=make_attachment(deleting=True), service=deleting))
+    assert (plan.service_action, plan.waits_for_service) == (ServiceAction.NONE, True)
+    assert plan.release_allocation is None
+
+    # Gone: now the address goes.
+    plan = reconcile(observe(attachment=make_attachment(deleting=True), service=None))
+    assert (plan.service_action, plan.waits_for_service) == (ServiceAction.NONE, False)
     assert plan.release_allocation == ADDRESS
     assert plan.release_claim is None
-    assert plan.status_patch({}, NOW) == []
 
 
 def test_finalize_leaves_a_foreign_service_alone() -> None:

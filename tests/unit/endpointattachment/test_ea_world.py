@@ -10,7 +10,7 @@ from typing import Any
 import pytest
 
 from operators.endpointattachment.constants import ENDPOINT_ATTACHMENT_KIND, IP_ADDRESS_CLAIM_KIND
-from operators.endpointattachment.datapath import AttachmentRank, ProxiedService
+from operators.endpointattachment.datapath import AttachmentRank, ProxiedService, rank_of, uncached_rank
 from operators.endpointattachment.render import service_name
 from operators.endpointattachment.world import (
     BY_CLAIM,
@@ -47,6 +47,7 @@ KA = (NS, "db-public")
 VIP = make_claim("vip", class_name="private-v4")
 NS_OBJ = {"metadata": {"name": NS, "labels": {"team": "a"}}}
 NOBODY = {**A, "metadata": {"name": "nobody", "uid": "x"}}  # an attachment not cached
+POD = {"metadata": {"name": "vm", "namespace": NS, "uid": "pod-uid-2", "labels": {"app": "db"}}}
 DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "uid": "d-uid"}}
 
 
@@ -185,7 +186,16 @@ def test_taken_addresses_answer_from_the_live_index() -> None:
 
 PRIVATE = make_class("private-v4", cidrs=["10.0.0.0/24"])
 CHART_SLICE = make_endpointslice("chart-proxy", backends=[("pod-9", "10.244.0.9", True)])
-CHART_RANK = ProxiedService(NS, "chart-proxy", "cozy-proxy", frozenset({"pod-9"}), None)
+SELECTOR = {"app": "db", "role": "primary"}  # every builder Service's
+CHART_RANK = ProxiedService(
+    NS, "chart-proxy", "cozy-proxy", frozenset({"pod-9"}), None, SELECTOR, "svc-uid-chart-proxy", "1"
+)
+PORT_LIST = make_attachment(mode="PortList")
+# A VM-mode attachment is a rival under the name it renders, rendered or not, with what its endpoint
+# selects (the default endpoint's slice: pod-uid-1).
+PORT_LIST_RIVAL = ProxiedService(
+    NS, "ea-db-public", "cozy-proxy", frozenset({"pod-uid-1"}), rank_of(PORT_LIST), SELECTOR
+)
 GOES_NOWHERE, USES_VIP = make_attachment(endpoint="gone"), make_attachment(claim_name="vip")
 
 
@@ -208,7 +218,9 @@ GOES_NOWHERE, USES_VIP = make_attachment(endpoint="gone"), make_attachment(claim
         (A, [], "service_proxies", [make_serviceproxy()]),
         (A, [], "namespace_labels", {"team": "a"}),
         (A, [], "proxied_services", ()),
-        (make_attachment(mode="PortList"), [], "proxied_services", [CHART_RANK]),
+        (PORT_LIST, [], "proxied_services", [CHART_RANK, PORT_LIST_RIVAL]),
+        (PORT_LIST, [put("pod", POD)], "pods", [POD]),
+        (A, [put("pod", POD)], "pods", ()),
         (A, [ELEVEN], "taken_addresses", {"203.0.113.11"}),
         (A, [ELEVEN, MINE], "held_address", "203.0.113.10"),
         (A, [ELEVEN, MINE], "taken_addresses", frozenset()),
@@ -240,8 +252,9 @@ def test_observe_assembles_the_right_objects(
     ("owner", "expected"),
     [
         (A, AttachmentRank(CREATED, "db-public", NS, "ea-a")),
-        ({**A, "metadata": {"name": "db-public", "uid": "old"}}, AttachmentRank("", "db-public", NS, "old")),
-        (NOBODY, AttachmentRank("", "nobody", NS, "x")),  # from the owner reference
+        # Not cached (another incarnation, or none): from the owner reference, never the oldest.
+        ({**A, "metadata": {"name": "db-public", "uid": "old"}}, uncached_rank("db-public", NS, "old")),
+        (NOBODY, uncached_rank("nobody", NS, "x")),
         (DEPLOYMENT, None),
         (None, None),
     ],
@@ -253,5 +266,7 @@ def test_proxied_services_rank_the_controlling_attachment(
     service, endpoints = svc(name, PROXIED, owner), make_endpointslice(name)
     world = world_of(put("attachment", A), put("service", service), put("slice", endpoints))
     assert world.proxied_services() == [
-        ProxiedService(NS, name, "cozy-proxy", frozenset({"pod-uid-1"}), expected)
+        ProxiedService(
+            NS, name, "cozy-proxy", frozenset({"pod-uid-1"}), expected, SELECTOR, f"svc-uid-{name}", "1"
+        )
     ]

@@ -118,6 +118,9 @@ func run(dir, binDir string, exitOnStdinClose bool, readyTimeout time.Duration) 
 		"--api-audiences=" + server,
 		"--service-cluster-ip-range=" + serviceCIDR,
 		"--allow-privileged=true",
+		// As hardened clusters (OpenShift, many managed offerings) run it: setting an owner
+		// reference with blockOwnerDeletion needs update on the owner's finalizers subresource.
+		"--enable-admission-plugins=OwnerReferencesPermissionEnforcement",
 		// The lease reconciler refuses a loopback advertise address, and nothing here needs the
 		// endpoints of the "kubernetes" Service.
 		"--endpoint-reconciler-type=none",

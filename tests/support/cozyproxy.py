@@ -1,0 +1,318 @@
+"""A model of cozy-proxy, the VM datapath, for tests: which pod each published address reaches.
+
+cozy-proxy (cozystack/cozy-proxy) programs nftables on every node: ``pkg/controllers/
+services_controller.go`` watches Services and v1 Endpoints and calls ``pkg/proxy/nft.go``. nftables
+cannot run here (no kernel access, no nodes), so the tests run this model of exactly the behaviour
+the EndpointAttachment operator must live with, driven by the same watch events on the local control
+plane:
+
+- It handles only Services labelled ``service.kubernetes.io/service-proxy-name: <its name>``.
+- It reads one address per Service, the FIRST load-balancer ingress (``status.loadBalancer.
+  ingress[0].ip``), and one backend, the FIRST ready address of the v1 Endpoints
+  (``subsets[0].addresses[0].ip``; never EndpointSlices). Without both, nothing is programmed.
+- Its state is keyed on the backend POD IP, not on the Service: a NAT map (address -> pod IP), an
+  egress SNAT map (pod IP -> address), a port filter (pod IP -> allowed (protocol, port), PortList)
+  and an ICMP allow (pod IPs). Programming a Service onto a pod (``EnsureRules``) replaces whatever
+  another Service had there (and moves the Service's address off its previous pod).
+- ``networking.cozystack.io/wholeIP: "true"`` clears the pod's port filter (every port is
+  forwarded); otherwise the Service's ``spec.ports`` become the pod's port filter and
+  ``networking.cozystack.io/allowICMP: "true"`` its ICMP allow.
+- It programs a Service again on EVERY update of that Service (and of its Endpoints).
+- Deleting any of its Services (or the Service leaving the proxy, losing its address or its ready
+  endpoint) deletes the entries of the pod it had programmed, WHOEVER OWNS THEM NOW: the pod's NAT
+  and SNAT entries, its port filter and its ICMP allow (``DeleteRules``, ``DeletePortFilter``).
+
+What it does not model: nftables itself, conntrack, the 12-hour informer resync and the start-up
+cleanup (a restarted cozy-proxy repairs everything; the operator must not rely on that).
+
+``on_service`` and ``on_endpoints`` take events (so unit tests drive the model without a cluster);
+``run`` feeds them from watches of one namespace. Queries: ``reaches`` (which pod IP an address
+reaches, with NAT and SNAT agreeing), ``pod_reached`` (its pod name), ``owner_of`` (the Service that
+programmed a pod), ``port_filter`` / ``icmp_allowed`` (a pod's filter), ``seen`` (every Service name
+ever observed) and ``programs`` (how often each Service was programmed).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+from collections.abc import AsyncIterator, Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from shared.kube import SERVICES, ApiError, Kube, Obj, Resource
+
+ENDPOINTS: Final = Resource("v1", "endpoints")
+PROXY_NAME_LABEL: Final = "service.kubernetes.io/service-proxy-name"
+WHOLE_IP_ANNOTATION: Final = "networking.cozystack.io/wholeIP"
+ALLOW_ICMP_ANNOTATION: Final = "networking.cozystack.io/allowICMP"
+DEFAULT_PROXY_NAME: Final = "cozy-proxy"
+# Between two LISTs after an API error.
+RETRY_SECONDS: Final = 0.5
+# cozy-proxy filters these protocols; a port of another protocol is skipped.
+FILTERED_PROTOCOLS: Final = frozenset({"TCP", "UDP"})
+
+Key = tuple[str, str]
+Port = tuple[str, int]
+
+
+def _key(obj: Mapping[str, Any]) -> Key:
+    metadata = obj.get("metadata") or {}
+    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+
+
+def service_address(service: Mapping[str, Any] | None) -> str | None:
+    """``hasValidServiceIP``: the first load-balancer ingress address, if any."""
+    ingress = (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return str(ingress[0].get("ip")) if ingress and ingress[0].get("ip") else None
+
+
+def endpoint_address(endpoints: Mapping[str, Any] | None) -> str | None:
+    """``hasValidEndpointIP``: the first ready address of the first subset, if any."""
+    subsets = (endpoints or {}).get("subsets") or []
+    addresses = (subsets[0].get("addresses") or []) if subsets else []
+    return str(addresses[0].get("ip")) if addresses and addresses[0].get("ip") else None
+
+
+@dataclass
+class _Record:
+    """What cozy-proxy's ServiceMap keeps per Service: the Service and its Endpoints as last seen."""
+
+    service: Obj
+    endpoints: Obj | None = None
+
+
+@dataclass
+class CozyProxyModel:
+    """cozy-proxy's pod-keyed datapath, as the module docstring describes it."""
+
+    proxy_name: str = DEFAULT_PROXY_NAME
+    nat: dict[str, str] = field(default_factory=dict)  # address -> pod IP (svc_pod)
+    snat: dict[str, str] = field(default_factory=dict)  # pod IP -> address (pod_svc)
+    filters: dict[str, frozenset[Port]] = field(default_factory=dict)  # pod IP -> allowed ports
+    icmp: set[str] = field(default_factory=set)  # pod IPs that accept ICMP
+    owners: dict[str, Key] = field(default_factory=dict)  # pod IP -> Service that programmed it
+    records: dict[Key, _Record] = field(default_factory=dict)
+    endpoints: dict[Key, Obj] = field(default_factory=dict)  # the Endpoints informer's cache
+    pod_names: dict[str, str] = field(default_factory=dict)  # pod IP -> pod name (Endpoints targetRef)
+    seen: set[str] = field(default_factory=set)  # every Service name ever observed
+    programs: collections.Counter[Key] = field(default_factory=collections.Counter)
+    log: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.changed = asyncio.Condition()
+
+    # --- events (services_controller.go) ---------------------------------------------------------
+
+    def _managed(self, service: Mapping[str, Any]) -> bool:
+        labels = (service.get("metadata") or {}).get("labels") or {}
+        return labels.get(PROXY_NAME_LABEL) == self.proxy_name
+
+    def on_service(self, kind: str, service: Obj) -> None:
+        """A Service event: ADDED, MODIFIED or DELETED."""
+        key = _key(service)
+        self.seen.add(key[1])
+        record = self.records.get(key)
+        if kind == "DELETED":
+            if record is not None:
+                self._delete(record)
+                del self.records[key]
+            return
+        if not self._managed(service) or service_address(service) is None:
+            if record is not None:
+                self._delete(record)
+                del self.records[key]
+            if self._managed(service):
+                self.records[key] = _Record(service)
+            return
+        endpoints = self.endpoints.get(key)
+        if endpoint_address(endpoints) is None:
+            if record is not None:
+                self._delete(record)
+            self.records[key] = _Record(service)
+            return
+        self.records[key] = _Record(service, endpoints)
+        self._ensure(service, endpoints)
+
+    def on_endpoints(self, kind: str, endpoints: Obj) -> None:
+        """An Endpoints event: ADDED, MODIFIED or DELETED."""
+        key = _key(endpoints)
+        for subset in endpoints.get("subsets") or []:
+            for address in [*(subset.get("addresses") or []), *(subset.get("notReadyAddresses") or [])]:
+                target = address.get("targetRef") or {}
+                if address.get("ip") and target.get("name"):
+                    self.pod_names[str(address["ip"])] = str(target["name"])
+        if kind == "DELETED":
+            self.endpoints.pop(key, None)
+        else:
+            self.endpoints[key] = endpoints
+        record = self.records.get(key)
+        if record is None:
+            return
+        if kind == "DELETED" or endpoint_address(endpoints) is None:
+            self._delete(record)
+            record.endpoints = None if kind == "DELETED" else endpoints
+            return
+        if service_address(record.service) is None:
+            return
+        record.endpoints = endpoints
+        self._ensure(record.service, endpoints)
+
+    # --- the datapath (nft.go) -------------------------------------------------------------------
+
+    def _ensure(self, service: Obj, endpoints: Obj | None) -> None:
+        """``EnsureRules`` then the port filter: the Service's address onto its first ready pod."""
+        address, pod = service_address(service), endpoint_address(endpoints)
+        if address is None or pod is None:
+            return
+        old_pod = self.nat.get(address)
+        if old_pod is not None and old_pod != pod:  # the Service moved: off its previous pod
+            self.nat.pop(address)
+            self.snat.pop(old_pod, None)
+        old_address = self.snat.get(pod)
+        if old_address is not None and old_address != address:  # the pod was another Service's
+            self.snat.pop(pod)
+            self.nat.pop(old_address, None)
+        self.nat[address], self.snat[pod] = pod, address
+        key = _key(service)
+        self.owners[pod] = key
+        self.programs[key] += 1
+        annotations = (service.get("metadata") or {}).get("annotations") or {}
+        if annotations.get(WHOLE_IP_ANNOTATION) == "true":
+            self.filters.pop(pod, None)
+            self.icmp.discard(pod)
+        else:
+            ports = frozenset(
+                (str(p.get("protocol") or "TCP"), int(p["port"]))
+                for p in (service.get("spec") or {}).get("ports") or []
+                if str(p.get("protocol") or "TCP") in FILTERED_PROTOCOLS and p.get("port")
+            )
+            if ports:
+                self.filters[pod] = ports
+            else:
+                self.filters.pop(pod, None)  # an empty list means no filter
+            if annotations.get(ALLOW_ICMP_ANNOTATION) == "true":
+                self.icmp.add(pod)
+            else:
+                self.icmp.discard(pod)
+        self.log.append(f"program {key[1]}: {address} -> {pod}")
+
+    def _delete(self, record: _Record) -> None:
+        """``DeleteRules`` and ``DeletePortFilter`` for the pod the record names: keyed on the pod,
+        so whatever another Service programmed there since is cleared too."""
+        address, pod = service_address(record.service), endpoint_address(record.endpoints)
+        if address is None or pod is None:
+            return
+        self.snat.pop(pod, None)
+        self.nat.pop(address, None)
+        for other in [a for a, p in self.nat.items() if p == pod]:
+            del self.nat[other]
+        self.filters.pop(pod, None)
+        self.icmp.discard(pod)
+        self.owners.pop(pod, None)
+        self.log.append(f"delete {_key(record.service)[1]}: {address} -/-> {pod}")
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    def reaches(self, address: str) -> str | None:
+        """The pod IP traffic to ``address`` reaches, with egress SNATed back to it; else None."""
+        pod = self.nat.get(address)
+        return pod if pod is not None and self.snat.get(pod) == address else None
+
+    def pod_reached(self, address: str) -> str | None:
+        """The name of the pod ``address`` reaches (None: none, or unknown)."""
+        pod = self.reaches(address)
+        return self.pod_names.get(pod) if pod is not None else None
+
+    def owner_of(self, pod_ip: str) -> Key | None:
+        """The Service whose programming holds the pod now."""
+        return self.owners.get(pod_ip) if pod_ip in self.snat else None
+
+    def port_filter(self, pod_ip: str) -> frozenset[Port] | None:
+        """The ports the pod accepts from outside; None: no filter (every port)."""
+        return self.filters.get(pod_ip)
+
+    def icmp_allowed(self, pod_ip: str) -> bool:
+        return pod_ip in self.icmp or pod_ip not in self.filters
+
+    def ip_of(self, pod_name: str) -> str | None:
+        return next((ip for ip, name in self.pod_names.items() if name == pod_name), None)
+
+    # --- driven by the cluster -------------------------------------------------------------------
+
+    async def _notify(self) -> None:
+        async with self.changed:
+            self.changed.notify_all()
+
+    async def wait_for(self, predicate: Callable[[CozyProxyModel], bool], timeout: float, what: str) -> None:
+        """Until ``predicate(self)`` holds, re-checked on every event; fails after ``timeout``."""
+        try:
+            async with asyncio.timeout(timeout):
+                async with self.changed:
+                    await self.changed.wait_for(lambda: predicate(self))
+        except TimeoutError:
+            raise AssertionError(
+                f"cozy-proxy model: timed out after {timeout}s waiting for {what}; "
+                f"nat={self.nat} snat={self.snat} filters={self.filters} log={self.log[-10:]}"
+            ) from None
+
+    async def _follow(
+        self, kube: Kube, resource: Resource, namespace: str, handle: Callable[[str, Obj], None]
+    ) -> None:
+        """LIST then WATCH one kind, for ever; after a broken watch, LIST again with replace
+        semantics (what vanished is a deletion)."""
+        known: dict[Key, Obj] = {}
+        while True:
+            try:
+                listing = await kube.list(resource.path(namespace))
+            except ApiError:  # e.g. 429 while the API server starts: list again
+                await asyncio.sleep(RETRY_SECONDS)  # a retry interval, not a wait for an effect
+                continue
+            current = {_key(o): o for o in listing.get("items", [])}
+            for key, obj in known.items():
+                if key not in current:
+                    handle("DELETED", obj)
+            for key, obj in current.items():
+                handle("MODIFIED" if key in known else "ADDED", obj)
+            known = current
+            await self._notify()
+            try:
+                events = kube.watch(
+                    resource.path(namespace), resource_version=listing["metadata"]["resourceVersion"]
+                )
+                async with contextlib.aclosing(events):
+                    async for kind, obj in events:
+                        if kind in ("BOOKMARK", "ERROR"):
+                            if kind == "ERROR":
+                                break
+                            continue
+                        if kind == "DELETED":
+                            known.pop(_key(obj), None)
+                        else:
+                            known[_key(obj)] = obj
+                        handle(kind, obj)
+                        await self._notify()
+            except ApiError:  # 410 Gone and the like: list again
+                continue
+
+    async def run(self, kube: Kube, namespace: str) -> None:
+        await asyncio.gather(
+            self._follow(kube, SERVICES, namespace, self.on_service),
+            self._follow(kube, ENDPOINTS, namespace, self.on_endpoints),
+        )
+
+
+@contextlib.asynccontextmanager
+async def cozy_proxy(
+    kube: Kube, namespace: str, proxy_name: str = DEFAULT_PROXY_NAME
+) -> AsyncIterator[CozyProxyModel]:
+    """The model, following one namespace's Services and Endpoints for the duration."""
+    model = CozyProxyModel(proxy_name)
+    task = asyncio.create_task(model.run(kube, namespace))
+    try:
+        yield model
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
