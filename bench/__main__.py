@@ -11,12 +11,13 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Sequence
 
-from bench import endpointattachment, gpuclass
+from bench import endpointattachment, gpuclass, soak
 
 # Each benchmark is a function of its arguments returning an exit status (1: a target missed).
 BENCHMARKS: dict[str, Callable[[Sequence[str]], int]] = {
     "gpuclass": gpuclass.main,
     "endpointattachment": endpointattachment.run,
+    "soak": soak.run,
 }
 
 

@@ -248,7 +248,8 @@ REFUSED = [
         id="attachment-icmp-kept-when-leaving-portlist",
     ),
     pytest.param(
-        Refused(attachment(mode="Turbo"), 'Unsupported value: "Turbo"'), id="attachment-unknown-mode"
+        Refused(attachment(mode="Turbo"), "spec.mode must be Standard, PortList or WholeIP"),
+        id="attachment-unknown-mode",
     ),
     # IPAddressClaim
     pytest.param(Refused(claim(address="010.0.0.1"), NOT_AN_IP), id="claim-leading-zero"),
@@ -371,7 +372,7 @@ REFUSED = [
         id="class-exclusion-not-an-address",
     ),
     pytest.param(
-        Refused(address_class("schema-bad", provider="F5"), 'Unsupported value: "F5"'),
+        Refused(address_class("schema-bad", provider="F5"), "spec.provider must be MetalLB or CiliumLBIPAM"),
         id="class-unknown-provider",
     ),
     pytest.param(
@@ -414,7 +415,7 @@ REFUSED = [
             address_class(
                 "schema-bad", allowedNamespaces={"matchExpressions": [{"key": "tier", "operator": "Equals"}]}
             ),
-            'Unsupported value: "Equals"',
+            "a matchExpressions operator must be In, NotIn, Exists or DoesNotExist",
         ),
         id="class-selector-unknown-operator",
     ),
@@ -456,7 +457,10 @@ REFUSED = [
         id="allocation-no-holder",
     ),
     pytest.param(
-        Refused(allocation("198.51.100.23", holder_kind="Pod"), 'Unsupported value: "Pod"'),
+        Refused(
+            allocation("198.51.100.23", holder_kind="Pod"),
+            "spec.holder.kind must be EndpointAttachment or IPAddressClaim",
+        ),
         id="allocation-unknown-holder-kind",
     ),
     # ServiceProxy
@@ -469,13 +473,15 @@ REFUSED = [
         id="proxy-name-not-a-label-value",
     ),
     pytest.param(
-        Refused(service_proxy(modes=["Standard"]), 'Unsupported value: "Standard"'), id="proxy-unknown-mode"
+        Refused(service_proxy(modes=["Standard"]), "each of spec.modes must be PortList or WholeIP"),
+        id="proxy-unknown-mode",
     ),
     pytest.param(
         Refused(service_proxy(modes=["PortList", "PortList"]), "Duplicate value"), id="proxy-duplicate-mode"
     ),
     pytest.param(
-        Refused(service_proxy(ipFamilies=["IPv5"]), 'Unsupported value: "IPv5"'), id="proxy-unknown-family"
+        Refused(service_proxy(ipFamilies=["IPv5"]), "each of spec.ipFamilies must be IPv4 or IPv6"),
+        id="proxy-unknown-family",
     ),
 ]
 
@@ -628,6 +634,32 @@ async def test_the_status_the_core_writes_is_accepted(kube: Kube, scratch: Scrat
     assert stored_class["status"] == counts
 
 
+async def test_a_claim_address_set_after_create_can_only_pin_the_address_it_holds(
+    kube: Kube, scratch: Scratch
+) -> None:
+    created = await scratch.create(claim("late-pin", address=None))
+    path = scratch.path_of(created)
+    # Pending, holding nothing: any address of the class may still be asked for.
+    unbound = await scratch.create(claim("late-ask", address=None))
+    asked = await kube.patch(scratch.path_of(unbound), {"spec": {"address": "203.0.113.30"}}, kind="merge")
+    assert asked["spec"]["address"] == "203.0.113.30"
+    # Bound to .20 by the operator: another address is refused, saying which one it holds.
+    await kube.patch(
+        path + "/status", {"status": {"phase": "Bound", "address": "203.0.113.20"}}, kind="merge"
+    )
+    with pytest.raises(ApiError) as refused:
+        await kube.patch(path, {"spec": {"address": "203.0.113.21"}}, kind="merge")
+    assert refused.value.status == 422
+    assert "spec.address can only be set to the address this claim already holds, 203.0.113.20" in (
+        refused.value.message
+    )
+    # The address it holds may be pinned; status writes pass whatever the spec says.
+    pinned = await kube.patch(path, {"spec": {"address": "203.0.113.20"}}, kind="merge")
+    assert pinned["spec"]["address"] == "203.0.113.20"
+    lost = await kube.patch(path + "/status", {"status": {"phase": "Lost"}}, kind="merge")
+    assert lost["status"]["phase"] == "Lost"
+
+
 # --- Quota -----------------------------------------------------------------------------------------
 
 
@@ -694,8 +726,11 @@ async def is_allowed(
 
 # (verb, group, resource[/subresource], allowed): every grant of role.yaml, and its nearest neighbours.
 OPERATOR_VERBS: list[tuple[str, str, str, bool]] = [
-    *((verb, GROUP, "endpointattachments", True) for verb in ("get", "list", "watch", "patch")),
-    *((verb, GROUP, "endpointattachments", False) for verb in ("create", "update", "delete")),
+    # delete: only for the OwnerReferencesPermissionEnforcement admission plugin (never requested).
+    *((verb, GROUP, "endpointattachments", True) for verb in ("get", "list", "watch", "patch", "delete")),
+    *((verb, GROUP, "endpointattachments", False) for verb in ("create", "update")),
+    ("update", GROUP, "endpointattachments/finalizers", True),  # the Service's blockOwnerDeletion
+    ("update", GROUP, "ipaddressclaims/finalizers", False),
     ("patch", GROUP, "endpointattachments/status", True),
     ("update", GROUP, "endpointattachments/status", False),
     *((verb, GROUP, "ipaddressclaims", True) for verb in ("get", "list", "watch", "patch")),
@@ -708,7 +743,7 @@ OPERATOR_VERBS: list[tuple[str, str, str, bool]] = [
     *((verb, GROUP, "ipaddressallocations", False) for verb in ("update", "patch", "deletecollection")),
     *((verb, GROUP, "serviceproxies", True) for verb in ("list", "watch")),
     ("create", GROUP, "serviceproxies", False),
-    *((verb, "", "services", True) for verb in ("list", "watch", "create", "patch", "delete")),
+    *((verb, "", "services", True) for verb in ("get", "list", "watch", "create", "patch", "delete")),
     ("update", "", "services", False),
     ("patch", "", "services/status", False),
     *((verb, "discovery.k8s.io", "endpointslices", True) for verb in ("list", "watch")),
@@ -719,7 +754,9 @@ OPERATOR_VERBS: list[tuple[str, str, str, bool]] = [
     ("patch", "", "namespaces", False),
     ("create", "", "events", False),  # it posts no Events (conditions say it all)
     ("get", "", "secrets", False),
-    ("list", "", "pods", False),
+    # Pods are watched for exclusivity in the VM modes (decided before a pod has an endpoint).
+    *((verb, "", "pods", True) for verb in ("list", "watch")),
+    *((verb, "", "pods", False) for verb in ("create", "patch", "delete")),
 ]
 
 

@@ -1,0 +1,344 @@
+"""The soak's world and its churn: what exists all along, and what is created and deleted at a rate.
+
+The world, as a hoster and a tenant would have it: the operators' CRDs, Flux's HelmRelease CRD and
+KubeVirt's (with its CR), a few GPU nodes and two GPU classes on one resource name, one tenant
+namespace with ``APPS`` applications (HelmRelease, tenant-facing Service, lineage labels) and one
+``IPAddressClass`` large enough for every attachment alive at once.
+
+The churn, each kind paced on its own at its rate (``Rates``), each object living until the
+population of its kind is full and it is the oldest:
+
+* attachments: created against a random application's Service, every ``CLAIM_EVERY``-th through an
+  ``IPAddressClaim`` created just before it (and deleted just after it);
+* pods: an application's pod (Ready, with an IP: its endpoint slice changes, its attachments
+  wake) or a GPU VM's virt-launcher pod on a GPU node (GPUClass's inventory changes), bound to a
+  node as a scheduler would, and deleted with no grace (no kubelet here);
+* nodes: GPU nodes joining (Ready, allocatable) and leaving.
+
+Until a kind's population is full, its every step is a create; from then on, steps alternate
+between deleting the oldest and creating a new one. ``full_at`` says when every kind got there: the
+run's steady state starts then.
+
+A change is one create or one delete that the API accepted. Work runs under one concurrency bound:
+when the control plane cannot keep up, the achieved rate falls, and the report says so.
+
+Does not: wait for the operators (the churn never reads their status), or measure anything.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import itertools
+import random
+import time
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import Any, Final
+
+from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Resource
+from tests.ea_builders import (
+    for_create,
+    lineage_labels,
+    make_attachment,
+    make_claim,
+    make_class,
+    make_helmrelease,
+    make_service,
+)
+from tests.support.manifests import apply_all, load
+from tests.support.waiting import wait_for_object
+
+GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
+ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
+CLAIMS: Final = Resource(GROUP_VERSION, "ipaddressclaims")
+CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
+HELMRELEASES: Final = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
+GPUCLASSES: Final = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
+NAMESPACE: Final = "soak"
+KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
+CLASS_NAME: Final = "soak-pool"
+POOL: Final = "198.18.0.0/20"  # RFC 2544's benchmarking range: 4,094 addresses
+GPU_RESOURCE: Final = "nvidia.com/GH100_H200_SXM_141GB"  # permitted by the KubeVirt CR applied here
+BASE_NODES: Final = 4
+APPS: Final = 8
+CLAIM_EVERY: Final = 4
+CRD_FILES: Final = (
+    "tests/fixtures/helmrelease-crd.yaml",
+    "tests/fixtures/kubevirt-crd.yaml",
+    "config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml",
+    *(
+        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
+        for plural in (
+            "endpointattachments",
+            "ipaddressclaims",
+            "ipaddressclasses",
+            "ipaddressallocations",
+            "serviceproxies",
+        )
+    ),
+)
+# The issue's trial: 600 attachments and 1,800 pods churned in 10 minutes; the soak asks ten times.
+TRIAL_ATTACHMENTS_PER_MINUTE: Final = 60.0
+TRIAL_PODS_PER_MINUTE: Final = 180.0
+TRIAL_NODES_PER_MINUTE: Final = 0.6  # the trial churned no nodes; one every 100 s, times ten
+
+
+@dataclass(frozen=True)
+class Rates:
+    """Lifecycles (one create, later one delete) per minute, and how many live at once."""
+
+    attachments: float = 10 * TRIAL_ATTACHMENTS_PER_MINUTE
+    pods: float = 10 * TRIAL_PODS_PER_MINUTE
+    nodes: float = 10 * TRIAL_NODES_PER_MINUTE
+    attachment_population: int = 150
+    pod_population: int = 300
+    node_population: int = 4
+    concurrency: int = 24
+
+
+@dataclass
+class Counts:
+    """What the churn did so far: accepted creates and deletes per kind, and refusals."""
+
+    created: collections.Counter[str] = field(default_factory=collections.Counter)
+    deleted: collections.Counter[str] = field(default_factory=collections.Counter)
+    refused: collections.Counter[str] = field(default_factory=collections.Counter)
+    last_refusal: str = ""
+
+    @property
+    def changes(self) -> int:
+        return sum(self.created.values()) + sum(self.deleted.values())
+
+
+async def install_world(kube: Kube) -> None:
+    """Everything that exists before the churn starts (see the module's docstring)."""
+    await apply_all(kube, [doc for path in CRD_FILES for doc in load(path)])
+    for namespace in (NAMESPACE, KUBEVIRT_NAMESPACE):
+        await kube.create(
+            NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": namespace}}
+        )
+    await apply_all(kube, load("tests/fixtures/kubevirt-cr-passthrough.yaml"))
+    await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=NAMESPACE)
+    for index in range(BASE_NODES):
+        await create_node(kube, f"soak-base-{index}")
+    for name, tolerations in (("h200", True), ("h200-spare", False)):  # the second one conflicts
+        spec: dict[str, Any] = {"resourceName": GPU_RESOURCE}
+        if tolerations:
+            spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
+        body = {"apiVersion": GPUCLASSES.api_version, "kind": "GPUClass", "metadata": {"name": name}}
+        await kube.create(GPUCLASSES.path(), {**body, "spec": spec})
+    await kube.create(CLASSES.path(), for_create(make_class(CLASS_NAME, cidrs=[POOL])))
+    for app in range(APPS):
+        name = f"app{app}"
+        release = for_create(
+            make_helmrelease(
+                f"postgres-{name}",
+                NAMESPACE,
+                labels=lineage_labels(kind="Postgres", name=name, tenant_facing=False),
+            )
+        )
+        release["spec"]["chart"]["spec"]["sourceRef"] = {"kind": "HelmRepository", "name": "cozystack-apps"}
+        await kube.create(HELMRELEASES.path(NAMESPACE), release)
+        service = for_create(
+            make_service(
+                f"{name}-rw",
+                NAMESPACE,
+                labels=lineage_labels(kind="Postgres", name=name, tenant_facing=True),
+                selector={"app": name},
+            )
+        )
+        service["spec"].pop("clusterIP", None)
+        await kube.create(SERVICES.path(NAMESPACE), service)
+
+
+async def create_node(kube: Kube, name: str) -> None:
+    """A GPU node as the kubelet and the device plugin would leave it: Ready, allocatable, tainted."""
+    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    await kube.create(NODES.path(), body)
+    allocatable = {"cpu": "64", "memory": "512Gi", "pods": "250", GPU_RESOURCE: "8"}
+    status = {
+        "conditions": [{"type": "Ready", "status": "True"}],
+        "capacity": allocatable,
+        "allocatable": allocatable,
+    }
+    await kube.patch(NODES.path(name=name) + "/status", {"status": status}, kind="merge")
+    taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
+    await kube.patch(NODES.path(name=name), {"spec": {"taints": taints}}, kind="merge")
+
+
+class Churn:
+    """Creates and deletes at the asked rates until ``stop``; see the module's docstring."""
+
+    def __init__(self, kube: Kube, rates: Rates, seed: int = 12) -> None:
+        self.kube, self.rates = kube, rates
+        self.rng = random.Random(seed)
+        self.counts = Counts()
+        self.limit = asyncio.Semaphore(rates.concurrency)
+        self.serial = itertools.count()
+        self.ips = itertools.cycle(f"10.244.{a}.{b}" for a in range(8, 64) for b in range(1, 255))
+        self.attachments: collections.deque[tuple[str, str | None]] = collections.deque()
+        self.pods: collections.deque[str] = collections.deque()
+        self.nodes: collections.deque[str] = collections.deque()
+        self.tasks: set[asyncio.Task[None]] = set()
+        self.started = 0.0
+        self.full: set[str] = set()  # the kinds whose population has been full once
+        self.full_at: float | None = None  # seconds into the run when every population was full
+
+    def _filled(self, kind: str) -> None:
+        self.full.add(kind)
+        if self.full_at is None and self.full >= {"attachment", "pod", "node"}:
+            self.full_at = time.monotonic() - self.started
+
+    # --- one change each -----------------------------------------------------------------------
+
+    async def _change(self, kind: str, created: bool, call: Callable[[], Awaitable[Any]]) -> bool:
+        try:
+            await call()
+        except ApiError as error:
+            if error.status == 404 and not created:
+                return True  # already gone (the GC or an operator was first)
+            self.counts.refused[kind] += 1
+            self.counts.last_refusal = f"{kind}: {error}"
+            return False
+        (self.counts.created if created else self.counts.deleted)[kind] += 1
+        return True
+
+    async def _attachment_lifecycle_start(self) -> None:
+        n = next(self.serial)
+        name = f"soak-{n}"
+        endpoint = f"app{self.rng.randrange(APPS)}-rw"
+        claim: str | None = None
+        if n % CLAIM_EVERY == 0:
+            claim = f"soak-claim-{n}"
+            body = for_create(make_claim(claim, NAMESPACE, class_name=CLASS_NAME, address=None, phase=None))
+            if not await self._change("claim", True, lambda: self.kube.create(CLAIMS.path(NAMESPACE), body)):
+                return
+        built = make_attachment(
+            name, NAMESPACE, endpoint=endpoint, class_name=CLASS_NAME, claim_name=claim, owner_uid=None
+        )
+        body = for_create(built)
+        if await self._change(
+            "attachment", True, lambda: self.kube.create(ATTACHMENTS.path(NAMESPACE), body)
+        ):
+            self.attachments.append((name, claim))
+        elif claim is not None:
+            await self._change("claim", False, lambda: self.kube.delete(CLAIMS.path(NAMESPACE, claim)))
+
+    async def _attachment_lifecycle_end(self, name: str, claim: str | None) -> None:
+        await self._change("attachment", False, lambda: self.kube.delete(ATTACHMENTS.path(NAMESPACE, name)))
+        if claim is not None:
+            await self._change("claim", False, lambda: self.kube.delete(CLAIMS.path(NAMESPACE, claim)))
+
+    async def _pod_start(self) -> None:
+        n = next(self.serial)
+        app = self.rng.random() < 0.5
+        name = f"app-{n}" if app else f"virt-launcher-vm-{n}"
+        labels = {"app": f"app{self.rng.randrange(APPS)}"} if app else {"vm": f"vm-{n}"}
+        container: dict[str, Any] = {"name": "compute", "image": "registry.k8s.io/pause:3.10"}
+        if not app:
+            container["resources"] = {"limits": {GPU_RESOURCE: str(self.rng.choice((1, 1, 2)))}}
+        nodes = [f"soak-base-{i}" for i in range(BASE_NODES)] + list(self.nodes)
+        pod = {
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": name, "labels": labels},
+            "spec": {
+                "nodeName": self.rng.choice(nodes),
+                "containers": [container],
+                "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
+            },
+        }
+        if not await self._change("pod", True, lambda: self.kube.create(PODS.path(NAMESPACE), pod)):
+            return
+        self.pods.append(name)
+        ip = next(self.ips)
+        status = {
+            "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True"}],
+        }
+        with contextlib.suppress(ApiError):  # deleted meanwhile
+            await self.kube.patch(PODS.path(NAMESPACE, name) + "/status", {"status": status}, kind="merge")
+
+    async def _pod_end(self, name: str) -> None:
+        await self._change(
+            "pod", False, lambda: self.kube.delete(PODS.path(NAMESPACE, name), grace_period_seconds=0)
+        )
+
+    async def _node_start(self) -> None:
+        name = f"soak-node-{next(self.serial)}"
+        if await self._change("node", True, lambda: create_node(self.kube, name)):
+            self.nodes.append(name)
+
+    async def _node_end(self, name: str) -> None:
+        await self._change("node", False, lambda: self.kube.delete(NODES.path(name=name)))
+
+    # --- pacing ----------------------------------------------------------------------------------
+
+    def _spawn(self, work: Awaitable[None]) -> None:
+        async def bounded() -> None:
+            try:
+                await work
+            finally:
+                self.limit.release()
+
+        task = asyncio.create_task(bounded())
+        self.tasks.add(task)
+        task.add_done_callback(self.tasks.discard)
+
+    async def _paced(self, per_minute: float, step: Callable[[], None]) -> None:
+        """``step`` at ``per_minute`` a minute; when the bound is full, the step waits (the rate falls)."""
+        if per_minute <= 0:
+            return
+        interval = 60.0 / per_minute
+        due = time.monotonic()
+        while True:
+            await self.limit.acquire()
+            step()
+            due = max(due + interval, time.monotonic() - interval)  # never catch up in a burst
+            await asyncio.sleep(
+                max(0.0, due - time.monotonic())
+            )  # pacing the churn, not a wait for an effect
+
+    def _attachment_step(self) -> None:
+        if len(self.attachments) >= self.rates.attachment_population:
+            self._filled("attachment")
+            name, claim = self.attachments.popleft()
+            self._spawn(self._attachment_lifecycle_end(name, claim))
+        else:
+            self._spawn(self._attachment_lifecycle_start())
+
+    def _pod_step(self) -> None:
+        if len(self.pods) >= self.rates.pod_population:
+            self._filled("pod")
+            self._spawn(self._pod_end(self.pods.popleft()))
+        else:
+            self._spawn(self._pod_start())
+
+    def _node_step(self) -> None:
+        if len(self.nodes) >= self.rates.node_population:
+            self._filled("node")
+            self._spawn(self._node_end(self.nodes.popleft()))
+        else:
+            self._spawn(self._node_start())
+
+    async def run(self) -> None:
+        """Churn until cancelled; in-flight changes finish before this returns."""
+        self.started = time.monotonic()
+        # A step is one create or one delete, so a lifecycle takes two: pace steps at twice the rate.
+        pacers = [
+            asyncio.create_task(self._paced(2 * self.rates.attachments, self._attachment_step)),
+            asyncio.create_task(self._paced(2 * self.rates.pods, self._pod_step)),
+            asyncio.create_task(self._paced(2 * self.rates.nodes, self._node_step)),
+        ]
+        try:
+            await asyncio.gather(*pacers)
+        finally:
+            for pacer in pacers:
+                pacer.cancel()
+            await asyncio.gather(*pacers, return_exceptions=True)
+            if self.tasks:
+                await asyncio.gather(*self.tasks, return_exceptions=True)
