@@ -59,10 +59,17 @@ class Writer:
             raise NotLeader("this replica does not hold the leader lease")
 
     def remember(self, resource: Resource, obj: Obj | None) -> Obj | None:
-        """Hand our write's answer to the informer of its kind (if it is watched)."""
+        """Hand our write's answer to the informer of its kind (if it is watched). An answer with a
+        deletion timestamp and no finalizer left is an object this write removed: the informer
+        forgets it (its DELETED event may already have been applied; remembering it would keep a
+        ghost in the cache for good)."""
         informer = self.informer_of(resource)
         if obj and informer is not None:
-            informer.remember(obj)
+            metadata = obj.get("metadata") or {}
+            if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+                informer.forget(key_of(obj))
+            else:
+                informer.remember(obj)
         return obj
 
     async def create(self, resource: Resource, body: Mapping[str, Any]) -> Obj:

@@ -159,9 +159,11 @@ FREED = make_allocation("203.0.113.12", holder=None)
         ("service", make_service(namespace=OTHER_NS), {KT}),
         ("service", svc(service_name("db-public"), owner=A), {KA}),  # owned: the controller reference
         ("service", svc("x", owner=NOBODY), {(NS, "nobody")}),
-        ("service", svc(SQUAT, owner=DEPLOYMENT), set()),
-        ("service", svc(SQUAT, labels={ATTACHMENT_LABEL: "db-vm"}), {KV}),  # a squatter on V's name
-        ("service", svc(SQUAT), set()),  # without our label a squatter is not looked for
+        # a squatter on V's name, labelled or not, controlled by something else or by nothing: V
+        # reports the conflict, and renders once the squatter goes
+        ("service", svc(SQUAT, owner=DEPLOYMENT), {KV}),
+        ("service", svc(SQUAT, labels={ATTACHMENT_LABEL: "db-vm"}), {KV}),
+        ("service", svc(SQUAT), {KV}),
         ("service", svc("chart-proxy", labels=PROXIED), {KV}),
         # Only the VM modes read slices: the backends of their endpoint's, and of proxied Services'
         ("slice", make_endpointslice(), set()),  # A's endpoint, but A is Standard
