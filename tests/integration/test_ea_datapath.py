@@ -5,8 +5,8 @@ Every test asserts the datapath (which pod an address reaches, a pod's port filt
 conditions, and checks one invariant throughout (``Invariant``): no attachment is ever Published
 while the model says its address reaches no pod, or a pod another Service holds (beyond the moment
 two watches take to deliver one change). The tests play the kubelet (Pods with an IP, Ready or not;
-the endpoints controllers do the rest) and the chart's own cozy-proxy Service; MetalLB announces the
-attachments' addresses.
+the endpoints controllers do the rest) and the chart's own cozy-proxy Service; MetalLB assigns the
+attachments' addresses, and the chart's from a pool declared for it as a hoster would.
 """
 
 from __future__ import annotations
@@ -20,7 +20,12 @@ from typing import Any, Final
 import pytest
 
 from hack.devcluster import ClusterInfo
-from operators.endpointattachment.constants import REPROGRAM_ANNOTATION, SERVICE_PROXY_NAME_LABEL
+from hack.metallb import POOLS, MetalLB, declare_pool
+from operators.endpointattachment.constants import (
+    METALLB_IPS_ANNOTATION,
+    REPROGRAM_ANNOTATION,
+    SERVICE_PROXY_NAME_LABEL,
+)
 from shared.kube import PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj
 from tests.ea_builders import (
     for_create,
@@ -42,7 +47,7 @@ from tests.support.ea_cluster import (
     ea_crds_and_node,
     ea_operator,
 )
-from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS, load_balancer
+from tests.support.loadbalancer import load_balancer
 from tests.support.waiting import eventually, wait_for_object
 
 # How long one change may take to travel through two watches (the operator's, the model's) before a
@@ -53,7 +58,10 @@ VM_KIND: Final = "VMInstance"
 SSH: Final = [{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 22}]
 # Between two attempts to follow a kind after an API error.
 RETRY_SECONDS: Final = 0.5
-CHART_ADDRESS: Final = "100.64.0.10"  # announced by the chart's own load balancer, played here
+# The chart's own Service asks MetalLB for this address, from a pool a hoster declared for it (outside
+# every class's addresses in this file, so no class's pool overlaps it).
+CHART_ADDRESS: Final = "100.64.0.10"
+CHART_POOL: Final = "dp-chart-addresses"
 
 
 @pytest.fixture(scope="module")
@@ -169,11 +177,12 @@ async def invariant(kube: Kube, namespace: str, model: CozyProxyModel) -> AsyncI
 class VMTenant:
     """One namespace with a VM application, its tenant-facing endpoint, a pool and the proxy declared."""
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
+    def __init__(self, kube: Kube, namespace: str, balancer: MetalLB) -> None:
+        self.kube, self.namespace, self.balancer = kube, namespace, balancer
         self.class_name = f"dp-{namespace}"[:60]
         self.ips = iter(range(10, 250))
         self.declared = False
+        self.charts: list[str] = []  # the chart Services made here, holding CHART_ADDRESS
 
     async def setup(self, cidr: str, app: str = "vm1", selector: Mapping[str, str] | None = None) -> None:
         await self.kube.create(CLASSES.path(), for_create(make_class(self.class_name, cidrs=[cidr])))
@@ -244,7 +253,10 @@ class VMTenant:
 
     async def chart_service(self, name: str, selector: Mapping[str, str]) -> None:
         """The application's own cozy-proxy Service in PortList mode (a ``vm-instance`` with
-        ``external: true``), announced at CHART_ADDRESS (its load balancer is played here)."""
+        ``external: true``), asking MetalLB for CHART_ADDRESS from the hoster's pool, once MetalLB
+        assigned it."""
+        await declare_pool(self.kube, CHART_POOL, [f"{CHART_ADDRESS}/32"], self.balancer.namespace)
+        await self.balancer.wait_for_pool(CHART_POOL)
         body: dict[str, Any] = {
             "apiVersion": "v1",
             "kind": "Service",
@@ -254,11 +266,11 @@ class VMTenant:
                 "annotations": {
                     "networking.cozystack.io/wholeIP": "false",
                     "networking.cozystack.io/allowICMP": "false",
+                    METALLB_IPS_ANNOTATION: CHART_ADDRESS,
                 },
             },
             "spec": {
                 "type": "LoadBalancer",
-                "loadBalancerClass": SILENT_LOAD_BALANCER_CLASS,
                 "allocateLoadBalancerNodePorts": False,
                 "externalTrafficPolicy": "Local",
                 "selector": dict(selector),
@@ -266,8 +278,16 @@ class VMTenant:
             },
         }
         await self.kube.create(SERVICES.path(self.namespace), body)
-        status = {"status": {"loadBalancer": {"ingress": [{"ip": CHART_ADDRESS, "ipMode": "VIP"}]}}}
-        await self.kube.patch(SERVICES.path(self.namespace, name) + "/status", status, kind="merge")
+        self.charts.append(name)
+        await wait_for_object(
+            self.kube,
+            SERVICES,
+            name,
+            lambda s: CHART_ADDRESS in _ingress_ips(s),
+            namespace=self.namespace,
+            timeout=TIMEOUT,
+            what=f"MetalLB to assign {CHART_ADDRESS} to {name} (log: {self.balancer.log_path})",
+        )
 
     async def cleanup(self) -> None:
         for attachment in (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]:
@@ -275,12 +295,26 @@ class VMTenant:
         await self.kube.delete(CLASSES.path(name=self.class_name))
         if self.declared:
             await self.kube.delete(PROXIES.path(name="cozy-proxy"))
+        if self.charts:
+            # CHART_ADDRESS is free again (MetalLB says so) before the next test asks for it.
+            for name in self.charts:
+                await self.kube.delete(SERVICES.path(self.namespace, name))
+                await wait_for_object(
+                    self.kube, SERVICES, name, lambda s: s is None, namespace=self.namespace, timeout=TIMEOUT
+                )
+            await self.balancer.wait_for_pool(CHART_POOL, TIMEOUT, assigned=0)
+            await self.kube.delete(POOLS.path(self.balancer.namespace, CHART_POOL))
+
+
+def _ingress_ips(service: Obj | None) -> list[str]:
+    ingress = (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [str(entry.get("ip")) for entry in ingress]
 
 
 @pytest.fixture
-async def vm(kube: Kube, namespace: str, ea_crds: None) -> AsyncIterator[VMTenant]:
+async def vm(kube: Kube, namespace: str, lb: MetalLB) -> AsyncIterator[VMTenant]:
     await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=namespace)
-    tenant = VMTenant(kube, namespace)
+    tenant = VMTenant(kube, namespace, lb)
     yield tenant
     await tenant.cleanup()
 
@@ -292,7 +326,7 @@ async def model(kube: Kube, namespace: str) -> AsyncIterator[CozyProxyModel]:
 
 
 @pytest.fixture
-async def lb(kube: Kube, ea_crds: None) -> AsyncIterator[None]:
+async def lb(kube: Kube, ea_crds: None) -> AsyncIterator[MetalLB]:
     async def classes_served() -> bool:
         try:
             await kube.list(CLASSES.path())
@@ -303,8 +337,8 @@ async def lb(kube: Kube, ea_crds: None) -> AsyncIterator[None]:
         return True
 
     await eventually(classes_served, timeout=TIMEOUT, what="the IPAddressClass CRD to serve")
-    async with load_balancer(kube):
-        yield
+    async with load_balancer(kube) as balancer:
+        yield balancer
 
 
 async def wait_condition(kube: Kube, ns: str, name: str, type_: str, status: str, reason: str) -> Obj:
@@ -329,7 +363,7 @@ def ready_message(attachment: Obj) -> str:
 
 
 async def test_two_attachments_to_a_stopped_vm_the_loser_never_renders(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: None
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.128/29")
@@ -362,7 +396,7 @@ async def test_two_attachments_to_a_stopped_vm_the_loser_never_renders(
 
 
 async def test_the_charts_own_service_wins_and_its_port_filter_stays(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: None
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.136/29")
@@ -385,7 +419,7 @@ async def test_the_charts_own_service_wins_and_its_port_filter_stays(
 
 
 async def test_port_list_with_two_ready_backends_stays_dark(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: None
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.144/29")
@@ -412,7 +446,7 @@ async def test_port_list_with_two_ready_backends_stays_dark(
 
 
 async def test_the_survivor_is_programmed_again_after_the_loser_is_deleted(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: None
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
 ) -> None:
     """An attachment publishes; while the operator is down the chart's own cozy-proxy Service comes
     and cozy-proxy programs it onto the pod. The restarted operator must delete the attachment's
@@ -470,7 +504,7 @@ async def test_the_survivor_is_programmed_again_after_the_loser_is_deleted(
 
 
 async def test_an_operator_restart_never_renders_a_loser(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: None
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.160/29")

@@ -4,7 +4,8 @@ a named condition a person can act on, never a silent wait, an endless retry or 
 One test per case (issue 10, failure half):
 
 * a load balancer that never answers (a ``loadBalancerClass`` nobody serves): ``AddressNotAnnounced``
-  after the bounded wait, the ``not_ready_since`` gauge, and ``Published`` once an answer comes;
+  after the bounded wait, the ``not_ready_since`` gauge, and ``Published`` once the hoster drops that
+  ``loadBalancerClass`` from the class and the load balancer answers;
 * the API refusing the rendered Service: 422 (an IPv6 Service in this IPv4-only cluster), 403 from an
   admission policy (sent again once what it is rendered from changes) and 403 from an exhausted
   ResourceQuota (tried again once the quota frees);
@@ -15,8 +16,9 @@ One test per case (issue 10, failure half):
 * ``AddressMismatch`` on a claim whose ``spec.address`` was set after it bound another address;
 * the sample ResourceQuota of ``config/samples`` limits a tenant's claims and attachments.
 
-No load balancer runs unless a test plays it (patching ``status.loadBalancer`` as one would), so
-nothing here depends on which load balancer the other suites use.
+The load balancer is MetalLB's real controller (``tests.support.loadbalancer``, the ``lb`` fixture),
+with a pool mirrored from each IPAddressClass it serves; no test here writes a Service's
+``status.loadBalancer``.
 """
 
 from __future__ import annotations
@@ -31,6 +33,7 @@ from typing import Any, Final
 import pytest
 
 from hack.devcluster import ClusterInfo
+from hack.metallb import MetalLB
 from operators.endpointattachment.constants import METALLB_IPS_ANNOTATION
 from shared.kube import SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
 from tests.ea_builders import (
@@ -55,6 +58,7 @@ from tests.support.ea_cluster import (
     reconciles,
 )
 from tests.support.identity import serviceaccount_kubeconfig
+from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS, load_balancer
 from tests.support.manifests import load
 from tests.support.operators import RunningOperator
 from tests.support.waiting import eventually, wait_for_object
@@ -77,8 +81,6 @@ SAMPLES: Final = "config/samples/kustomization.yaml"
 ANNOUNCE_TIMEOUT: Final = 3
 QUOTA_RETRY: Final = 2
 ARGS: Final = (f"--announce-timeout-seconds={ANNOUNCE_TIMEOUT}", f"--quota-retry-seconds={QUOTA_RETRY}")
-# A loadBalancerClass no load balancer serves: its Service is never answered.
-UNSERVED_CLASS: Final = "example.com/nobody-serves-this"
 NOT_READY_SINCE: Final = "cozystack_endpointattachment_not_ready_since_timestamp_seconds"
 # What a cloud load balancer's controller puts on a LoadBalancer Service: its deletion waits for it.
 LB_CLEANUP_FINALIZER: Final = "example.com/load-balancer-cleanup"
@@ -96,6 +98,13 @@ async def operator(
 ) -> AsyncIterator[RunningOperator]:
     async with ea_operator(kube, cluster, tmp_path, extra_args=ARGS) as running:
         yield running
+
+
+@pytest.fixture
+async def lb(kube: Kube) -> AsyncIterator[MetalLB]:
+    """MetalLB, one per session, answering every Service whose address is in a served class's pool."""
+    async with load_balancer(kube) as balancer:
+        yield balancer
 
 
 class Tenant:
@@ -194,22 +203,16 @@ async def errors(operator: RunningOperator) -> float:
     )
 
 
-async def announce(kube: Kube, service: Obj) -> None:
-    """Play a load balancer that finally answers: the address it was asked for, in the ingress."""
-    metadata = service["metadata"]
-    address = metadata["annotations"][METALLB_IPS_ANNOTATION]
-    patch = {"status": {"loadBalancer": {"ingress": [{"ip": address, "ipMode": "VIP"}]}}}
-    await kube.patch(SERVICES.path(metadata["namespace"], metadata["name"]) + "/status", patch, "merge")
-
-
 # --- 1. a load balancer that never answers ---------------------------------------------------------
 
 
 async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_recovers(
-    kube: Kube, tenant: Tenant, operator: RunningOperator
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
-    await tenant.address_class("if-unserved", cidrs=["198.51.100.0/29"], load_balancer_class=UNSERVED_CLASS)
+    await tenant.address_class(
+        "if-unserved", cidrs=["198.51.100.0/29"], load_balancer_class=SILENT_LOAD_BALANCER_CLASS
+    )
     await tenant.app()
     await tenant.attachment("quiet", "if-unserved")
     pending = await wait_condition(kube, ATTACHMENTS, ns, "quiet", ("False", "AddressPending"), operator)
@@ -218,7 +221,7 @@ async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_reco
     silent = await wait_condition(kube, ATTACHMENTS, ns, "quiet", ("False", "AddressNotAnnounced"), operator)
     said = message(silent)
     assert address in said, said
-    assert UNSERVED_CLASS in said, said
+    assert SILENT_LOAD_BALANCER_CLASS in said, said
     assert f"within {ANNOUNCE_TIMEOUT}s" in said, said
     service = await kube.get(SERVICES.path(ns, "ea-quiet"))
     assert service is not None
@@ -233,9 +236,18 @@ async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_reco
     assert since is not None
     assert since > 0
 
-    # The load balancer answers at last: the status change of the Service wakes the attachment.
-    await announce(kube, service)
-    await wait_condition(kube, ATTACHMENTS, ns, "quiet", ("True", "Published"), operator)
+    assert service["metadata"]["annotations"][METALLB_IPS_ANNOTATION] == address
+    assert not ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
+
+    # The hoster drops the loadBalancerClass nobody serves: the Service is rendered anew, MetalLB
+    # answers at last, and the status change of the Service wakes the attachment.
+    await kube.patch(CLASSES.path(name="if-unserved"), {"spec": {"loadBalancerClass": None}}, "merge")
+    published = await wait_condition(kube, ATTACHMENTS, ns, "quiet", ("True", "Published"), operator)
+    assert published["status"]["address"] == address
+    answered = await kube.get(SERVICES.path(ns, "ea-quiet"))
+    assert answered is not None
+    assert "loadBalancerClass" not in answered["spec"]
+    assert [i["ip"] for i in answered["status"]["loadBalancer"]["ingress"]] == [address]
 
     async def gauge_gone() -> bool:
         scraped = await operator.scrape()
@@ -278,7 +290,7 @@ async def test_a_service_the_api_refuses_is_a_condition_not_a_retry_loop(
 
 
 async def test_a_policy_refusal_carries_its_message_and_a_changed_input_is_sent_again(
-    kube: Kube, tenant: Tenant, operator: RunningOperator
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     """A ValidatingAdmissionPolicy (as a hoster's webhook or policy would) refuses the rendered
     Service with 403: the attachment says so in the policy's words; the same Service is not sent
@@ -347,7 +359,8 @@ async def test_a_policy_refusal_carries_its_message_and_a_changed_input_is_sent_
     service = await wait_for_object(kube, SERVICES, "ea-denied", lambda s: s is not None, namespace=ns)
     assert service is not None
     assert [p["port"] for p in service["spec"]["ports"]] == [6432]
-    await wait_condition(kube, ATTACHMENTS, ns, "denied", ("False", "AddressPending"), operator)
+    # Accepted this time: MetalLB answers it like any other.
+    await wait_condition(kube, ATTACHMENTS, ns, "denied", ("True", "Published"), operator)
 
 
 async def _policy_refuses(kube: Kube, namespace: str) -> bool:
@@ -367,7 +380,7 @@ async def _policy_refuses(kube: Kube, namespace: str) -> bool:
 
 
 async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
-    kube: Kube, tenant: Tenant, operator: RunningOperator
+    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
 ) -> None:
     ns = tenant.namespace
     quota = {
@@ -394,8 +407,12 @@ async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
     )
     service = await wait_for_object(kube, SERVICES, "ea-capped", lambda s: s is not None, namespace=ns)
     assert service is not None
-    await announce(kube, service)
-    await wait_condition(kube, ATTACHMENTS, ns, "capped", ("True", "Published"), operator)
+    # MetalLB (the class's pool mirrored) answers the Service the retry created.
+    published = await wait_condition(kube, ATTACHMENTS, ns, "capped", ("True", "Published"), operator)
+    answered = await kube.get(SERVICES.path(ns, "ea-capped"))
+    assert answered is not None
+    ingress = answered["status"]["loadBalancer"]["ingress"]
+    assert [i["ip"] for i in ingress] == [published["status"]["address"]]
     assert await errors(operator) == 0
 
 
@@ -602,7 +619,19 @@ async def test_a_claim_whose_spec_address_moved_after_binding_says_so(
     other = next(f"198.51.100.{n}" for n in range(41, 47) if f"198.51.100.{n}" != held)
 
     async with _older_claims_crd(kube):
-        await kube.patch(CLAIMS.path(ns, "mine"), {"spec": {"address": other}}, "merge")
+
+        async def moved() -> bool:
+            # The API server swaps in a changed CRD's rules a moment after the write: until then
+            # the current rule refuses the change.
+            try:
+                await kube.patch(CLAIMS.path(ns, "mine"), {"spec": {"address": other}}, "merge")
+            except ApiError as error:
+                if error.status == 422 and "can only be set to the address" in error.message:
+                    return False
+                raise
+            return True
+
+        await eventually(moved, what="the older CRD's rules in force")
         mismatch = await wait_condition(kube, CLAIMS, ns, "mine", ("False", "AddressMismatch"), operator)
     said = message(mismatch)
     assert other in said, said
