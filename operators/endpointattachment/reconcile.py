@@ -214,6 +214,9 @@ REFUSED_STATUSES: Final = frozenset({400, 403, 422})
 # How the API words the two refusals that are not about the Service itself (a 403 for each).
 QUOTA_MESSAGE: Final = "exceeded quota"
 NAMESPACE_TERMINATING_MESSAGE: Final = "because it is being terminated"
+# OwnerReferencesPermissionEnforcement's answer while the API server's REST mapping does not know the
+# owner's kind yet (a CRD installed moments ago): the server's state, not the request, so transient.
+STALE_MAPPING_MESSAGE: Final = "cannot find RESTMapping"
 # Defaults of the glue's settings (``--announce-timeout-seconds``, ``--quota-retry-seconds``).
 ANNOUNCE_TIMEOUT_SECONDS: Final = 60.0
 QUOTA_RETRY_SECONDS: Final = 60.0
@@ -236,7 +239,7 @@ def refusal_of(
 ) -> ServiceRefusal | None:
     """The refusal an API answer is, or None when it is no business outcome (a conflict, a missing
     namespace, a throttled or failing server: transient, retried with backoff)."""
-    if status not in REFUSED_STATUSES:
+    if status not in REFUSED_STATUSES or STALE_MAPPING_MESSAGE in message:
         return None
     if status == 403 and QUOTA_MESSAGE in message:
         reason = REASON_SERVICE_QUOTA_EXCEEDED

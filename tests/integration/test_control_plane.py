@@ -20,7 +20,6 @@ from shared.kube import (
     NAMESPACES,
     NODES,
     PODS,
-    RESOURCE_QUOTAS,
     ROLE_BINDINGS,
     ROLES,
     SERVICE_ACCOUNTS,
@@ -32,7 +31,7 @@ from shared.kube import (
 )
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import wait_for_established
-from tests.support.waiting import eventually, wait_for_object
+from tests.support.waiting import eventually, quota_in_force, wait_for_object
 
 CONFIGMAPS = Resource("v1", "configmaps")
 WIDGETS = Resource("test.cozystack.io/v1", "widgets")
@@ -235,17 +234,7 @@ async def test_an_object_count_quota_refuses_the_custom_resource_over_quota(
         "metadata": {"name": "widgets"},
         "spec": {"hard": {"count/widgets.test.cozystack.io": "1"}},
     }
-    await kube.create(RESOURCE_QUOTAS.path(namespace), quota)
-    # Admission enforces a quota only once the resource-quota controller has computed its usage.
-    await wait_for_object(
-        kube,
-        RESOURCE_QUOTAS,
-        "widgets",
-        lambda q: q is not None and "count/widgets.test.cozystack.io" in q.get("status", {}).get("used", {}),
-        namespace=namespace,
-        what="quota usage computed by the resource-quota controller",
-        timeout=60,
-    )
+    await quota_in_force(kube, namespace, quota)
     await kube.create(WIDGETS.path(namespace), widget("first", 1, 2))
     with pytest.raises(ApiError) as refused:
         await kube.create(WIDGETS.path(namespace), widget("second", 1, 2))

@@ -61,7 +61,7 @@ from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS, load_balancer
 from tests.support.manifests import load
 from tests.support.operators import RunningOperator
-from tests.support.waiting import eventually, wait_for_object
+from tests.support.waiting import eventually, quota_in_force, wait_for_object
 
 RESOURCE_QUOTAS: Final = Resource("v1", "resourcequotas")
 ROLES: Final = Resource("rbac.authorization.k8s.io/v1", "roles")
@@ -225,6 +225,9 @@ async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_reco
     assert f"within {ANNOUNCE_TIMEOUT}s" in said, said
     service = await kube.get(SERVICES.path(ns, "ea-quiet"))
     assert service is not None
+    # From here on nothing is retried. (Before: right after the CRDs are installed, the admission
+    # plugin's REST mapping may not know EndpointAttachment yet; its 403 is retried, as transient.)
+    retried = await errors(operator)
     # Reported no earlier than the bounded wait after the Service was written.
     ready = next(c for c in silent["status"]["conditions"] if c["type"] == "Ready")
     assert service["metadata"]["creationTimestamp"] in said
@@ -254,7 +257,7 @@ async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_reco
         return (NOT_READY_SINCE, (("reason", "AddressNotAnnounced"),)) not in scraped
 
     await eventually(gauge_gone, what="the AddressNotAnnounced series to go")
-    assert await errors(operator) == 0
+    assert await errors(operator) == retried
 
 
 # --- 3. the API refuses the rendered Service -------------------------------------------------------
@@ -389,7 +392,7 @@ async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
         "metadata": {"name": "no-load-balancers"},
         "spec": {"hard": {"services.loadbalancers": "0"}},
     }
-    await _quota_in_force(kube, ns, quota)
+    await quota_in_force(kube, ns, quota)
     await tenant.address_class("if-quota", cidrs=["198.51.100.8/29"])
     await tenant.app()
     await tenant.attachment("capped", "if-quota")
@@ -677,7 +680,7 @@ async def test_the_sample_quota_keeps_one_tenant_from_draining_a_shared_pool(
     hard = quota["spec"]["hard"]
     claims_allowed = int(hard["count/ipaddressclaims.local.sdn.cozystack.io"])
     attachments_allowed = int(hard["count/endpointattachments.local.sdn.cozystack.io"])
-    await _quota_in_force(kube, ns, quota)
+    await quota_in_force(kube, ns, quota)
 
     # A pool with room for more than the quota allows one tenant.
     await tenant.address_class("if-shared", cidrs=["198.51.100.64/26"])
@@ -703,29 +706,3 @@ async def test_the_sample_quota_keeps_one_tenant_from_draining_a_shared_pool(
         await tenant.attachment("one-too-many", "if-shared")
     assert refused.value.status == 403
     assert "exceeded quota" in refused.value.message
-
-
-async def _quota_in_force(kube: Kube, namespace: str, quota: Obj) -> None:
-    """Create ``quota`` and wait until admission enforces it: it refuses a kind until the resource-quota
-    controller has counted its usage. The controller discovers CRD kinds every 30 seconds, and counts
-    a quota it already synced again only every 5 minutes: a quota created before it knew the kind is
-    created once more, until it is counted."""
-    name = quota["metadata"]["name"]
-
-    def counted(found: Obj | None) -> bool:
-        hard = quota["spec"]["hard"]
-        status = (found or {}).get("status") or {}
-        return status.get("hard") == hard and set(hard) <= set(status.get("used") or {})
-
-    async def attempt() -> bool:
-        if await kube.get(RESOURCE_QUOTAS.path(namespace, name)) is not None:
-            await kube.delete(RESOURCE_QUOTAS.path(namespace, name))
-            await wait_for_object(kube, RESOURCE_QUOTAS, name, lambda q: q is None, namespace=namespace)
-        await kube.create(RESOURCE_QUOTAS.path(namespace), quota)
-        try:
-            await wait_for_object(kube, RESOURCE_QUOTAS, name, counted, namespace=namespace, timeout=10)
-        except AssertionError:
-            return False
-        return True
-
-    await eventually(attempt, timeout=120, interval=0.5, what=f"quota {name} counted")

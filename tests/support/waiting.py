@@ -11,7 +11,7 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from shared.kube import ApiError, Kube, Obj, Resource
+from shared.kube import RESOURCE_QUOTAS, ApiError, Kube, Obj, Resource
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0
@@ -82,3 +82,29 @@ async def eventually(
         if asyncio.get_running_loop().time() > deadline:
             raise AssertionError(f"timed out after {timeout}s waiting for {what}; last: {last!r}")
         await asyncio.sleep(interval)  # the poll interval of a bounded poll, not a wait for an effect
+
+
+async def quota_in_force(kube: Kube, namespace: str, quota: Obj) -> None:
+    """Create ``quota`` and wait until admission enforces it: it refuses a kind until the resource-quota
+    controller has counted its usage. The controller discovers CRD kinds every 30 seconds, and counts
+    a quota it already synced again only every 5 minutes: a quota created before it knew the kind is
+    created once more, until it is counted."""
+    name = quota["metadata"]["name"]
+
+    def counted(found: Obj | None) -> bool:
+        hard = quota["spec"]["hard"]
+        status = (found or {}).get("status") or {}
+        return status.get("hard") == hard and set(hard) <= set(status.get("used") or {})
+
+    async def attempt() -> bool:
+        if await kube.get(RESOURCE_QUOTAS.path(namespace, name)) is not None:
+            await kube.delete(RESOURCE_QUOTAS.path(namespace, name))
+            await wait_for_object(kube, RESOURCE_QUOTAS, name, lambda q: q is None, namespace=namespace)
+        await kube.create(RESOURCE_QUOTAS.path(namespace), quota)
+        try:
+            await wait_for_object(kube, RESOURCE_QUOTAS, name, counted, namespace=namespace, timeout=10)
+        except AssertionError:
+            return False
+        return True
+
+    await eventually(attempt, timeout=120, interval=0.5, what=f"quota {name} counted")

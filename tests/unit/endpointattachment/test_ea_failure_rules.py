@@ -139,6 +139,13 @@ UNSERVED_FIRST = reconcile(observe(address_class=make_class(load_balancer_class=
             REASON_NAMESPACE_TERMINATING,
             id="403 terminating",
         ),
+        pytest.param(
+            403,
+            "cannot set blockOwnerDeletion in this case because cannot find RESTMapping for APIVersion"
+            " local.sdn.cozystack.io/v1alpha1 Kind EndpointAttachment",
+            None,
+            id="403 owner kind not mapped yet: transient",
+        ),
         pytest.param(409, "already exists", None, id="409: a conflict, not a refusal"),
         pytest.param(404, "namespaces t not found", None, id="404: transient"),
         pytest.param(429, "too many requests", None, id="429: throttled"),
