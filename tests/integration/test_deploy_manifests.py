@@ -58,6 +58,7 @@ FIXTURE_CRDS = ("tests/fixtures/helmrelease-crd.yaml", "tests/fixtures/kubevirt-
 OWNED_DIRS = ("config/crd", "config/manager", "config/default", "config/monitoring", "config/samples")
 # RBAC verbs that discovery does not list for a resource but the authorizer understands.
 SPECIAL_VERBS = frozenset({"bind", "escalate", "impersonate", "use", "approve", "sign", "attest"})
+PARAM_KIND_NOT_SYNCED = "not yet synced to use for admission"
 # A subresource discovery does not list but the authorizer checks: OwnerReferencesPermissionEnforcement
 # asks for update on <owner>/finalizers before a writer may set blockOwnerDeletion on an owner reference.
 AUTHORIZATION_SUBRESOURCES = {"finalizers": frozenset({"update"})}
@@ -520,9 +521,14 @@ async def test_apply_default(cluster: ClusterInfo, kube: Kube, name: str) -> Non
     path = DEPLOYMENTS.path(op.namespace, op.deployment)
     budget_path = PDBS.path(op.namespace, op.deployment)
     try:
-        code, out, err = await kubectl(
-            cluster, "--kubeconfig", cluster.kubeconfig, "apply", "-k", op.default_dir
-        )
+
+        async def applied() -> tuple[int, str, str] | None:
+            answer = await kubectl(cluster, "--kubeconfig", cluster.kubeconfig, "apply", "-k", op.default_dir)
+            # An admission policy whose paramKind's CRD was just (re)installed refuses every write it
+            # matches until the API server has synced that kind: wait it out, bounded.
+            return None if PARAM_KIND_NOT_SYNCED in answer[2] else answer
+
+        code, out, err = await eventually(applied, what=f"kubectl apply -k {op.default_dir}")
         assert code == 0, f"kubectl apply -k {op.default_dir} failed:\n{out}\n{err}"
         # The namespace enforces Pod Security "restricted": the API server warns about a Deployment
         # whose Pods it would refuse.
