@@ -2,7 +2,7 @@
 
 Unit tests use none of these. Integration tests get ``cluster`` (the local control plane, started
 once per session, or the cluster named by ``COZY_TEST_KUBECONFIG``), ``kube`` (an admin client) and
-``namespace`` (a fresh namespace per test, deleted afterwards).
+``namespace`` (a fresh namespace per test, deleted afterwards) and ``lb`` (the session's MetalLB).
 """
 
 from __future__ import annotations
@@ -14,8 +14,9 @@ from collections.abc import AsyncIterator, Iterator
 import pytest
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
+from hack.metallb import MetalLB
 from shared.kube import NAMESPACES, PODS, Kube
-from tests.support.loadbalancer import load_balancer_session
+from tests.support.loadbalancer import load_balancer, load_balancer_session
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -57,3 +58,10 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
     for pod in (await kube.list(PODS.path(name)))["items"]:
         await kube.delete(PODS.path(name, pod["metadata"]["name"]), grace_period_seconds=0)
     await kube.delete(NAMESPACES.path(name=name))
+
+
+@pytest.fixture
+async def lb(kube: Kube) -> AsyncIterator[MetalLB]:
+    """MetalLB (one per session), answering every Service whose address is in a served pool."""
+    async with load_balancer(kube) as balancer:
+        yield balancer

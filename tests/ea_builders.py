@@ -125,7 +125,20 @@ def make_helmrelease(
         "metadata": _metadata(
             name, namespace, uid, lineage_labels(tenant_facing=False) if labels is None else labels
         ),
-        "spec": {"chart": {"spec": {"chart": "postgres"}}, "interval": "5m"},
+        # Flux's CRD requires a chart source; Cozystack's applications come from its own repository.
+        "spec": {
+            "chart": {
+                "spec": {
+                    "chart": "postgres",
+                    "sourceRef": {
+                        "kind": "HelmRepository",
+                        "name": "cozystack-apps",
+                        "namespace": "cozy-public",
+                    },
+                }
+            },
+            "interval": "5m",
+        },
     }
 
 
@@ -333,7 +346,11 @@ def make_namespace_labels(name: str = NAMESPACE, **extra: str) -> dict[str, str]
 
 
 def for_create(obj: Mapping[str, Any]) -> Obj:
-    """A copy without ``status`` and the metadata the API server sets, ready to POST."""
+    """A copy without ``status`` and what the API server sets (metadata, a Service's cluster IP),
+    ready to POST."""
     server_set = {"uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp"}
     metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in server_set}
-    return {**{k: v for k, v in obj.items() if k not in ("status", "metadata")}, "metadata": metadata}
+    body: Obj = {**{k: v for k, v in obj.items() if k not in ("status", "metadata")}, "metadata": metadata}
+    if obj.get("kind") == "Service":
+        body["spec"] = {k: v for k, v in (obj.get("spec") or {}).items() if k != "clusterIP"}
+    return body

@@ -257,18 +257,11 @@ async def install_world(kube: Kube, options: AttachOptions) -> list[Endpoint]:
                 f"postgres-{app}", NAMESPACE, labels=lineage_labels(name=app, tenant_facing=False)
             )
         )
-        # The real Flux CRD requires a chart source; Cozystack's apps come from its own repository.
-        release["spec"]["chart"]["spec"]["sourceRef"] = {
-            "kind": "HelmRepository",
-            "name": "cozystack-apps",
-            "namespace": "cozy-public",
-        }
         await kube.create(HELMRELEASES.path(NAMESPACE), release)
         selector = {"app": app}
         body = for_create(
             make_service(f"postgres-{app}-rw", NAMESPACE, labels=lineage_labels(name=app), selector=selector)
         )
-        body["spec"].pop("clusterIP", None)
         created = await kube.create(SERVICES.path(NAMESPACE), body)
         endpoints.append(Endpoint(created["metadata"]["name"], selector, list(created["spec"]["ports"])))
         await _ready_pod(kube, f"{app}-0", selector, f"10.244.1.{10 + index}")

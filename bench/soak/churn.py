@@ -139,7 +139,6 @@ async def install_world(kube: Kube) -> None:
                 labels=lineage_labels(kind="Postgres", name=name, tenant_facing=False),
             )
         )
-        release["spec"]["chart"]["spec"]["sourceRef"] = {"kind": "HelmRepository", "name": "cozystack-apps"}
         await kube.create(HELMRELEASES.path(NAMESPACE), release)
         service = for_create(
             make_service(
@@ -149,7 +148,6 @@ async def install_world(kube: Kube) -> None:
                 selector={"app": name},
             )
         )
-        service["spec"].pop("clusterIP", None)
         await kube.create(SERVICES.path(NAMESPACE), service)
 
 

@@ -47,7 +47,14 @@ from shared.kube import (
     Resource,
 )
 from shared.lineage import TENANT_RESOURCE_LABEL
-from tests.ea_builders import for_create, lineage_labels, make_attachment, make_class, make_service
+from tests.ea_builders import (
+    for_create,
+    lineage_labels,
+    make_attachment,
+    make_class,
+    make_helmrelease,
+    make_service,
+)
 from tests.support.ea_cluster import (
     ALLOCATIONS,
     ATTACHMENTS,
@@ -237,28 +244,7 @@ async def app_with_endpoint(kube: Kube, namespace: str) -> None:
     """A Cozystack application as the platform makes it: its HelmRelease, its tenant-facing Service
     and an internal (replication) Service, labelled as Cozystack's lineage webhook labels them."""
     release = for_create(
-        {
-            "apiVersion": "helm.toolkit.fluxcd.io/v2",
-            "kind": "HelmRelease",
-            "metadata": {
-                "name": f"postgres-{APP}",
-                "namespace": namespace,
-                "labels": lineage_labels(name=APP, tenant_facing=False),
-            },
-            "spec": {
-                "interval": "5m",
-                "chart": {
-                    "spec": {
-                        "chart": "postgres",
-                        "sourceRef": {
-                            "kind": "HelmRepository",
-                            "name": "cozystack-apps",
-                            "namespace": "cozy-public",
-                        },
-                    }
-                },
-            },
-        }
+        make_helmrelease(f"postgres-{APP}", namespace, labels=lineage_labels(name=APP, tenant_facing=False))
     )
     await kube.create(HELMRELEASES.path(namespace), release)
     for name, selector, tenant_facing in (
@@ -273,7 +259,6 @@ async def app_with_endpoint(kube: Kube, namespace: str) -> None:
                 selector=selector,
             )
         )
-        body["spec"].pop("clusterIP", None)
         await kube.create(SERVICES.path(namespace), body)
 
 

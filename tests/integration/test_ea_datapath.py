@@ -196,11 +196,6 @@ class VMTenant:
                 labels=lineage_labels(kind=VM_KIND, name=app, tenant_facing=False),
             )
         )
-        release["spec"]["chart"]["spec"]["sourceRef"] = {
-            "kind": "HelmRepository",
-            "name": "cozystack-apps",
-            "namespace": "cozy-public",
-        }
         await self.kube.create(HELMRELEASES.path(self.namespace), release)
         endpoint = for_create(
             make_service(
@@ -211,7 +206,6 @@ class VMTenant:
                 ports=SSH,
             )
         )
-        endpoint["spec"].pop("clusterIP", None)
         await self.kube.create(SERVICES.path(self.namespace), endpoint)
 
     async def pod(self, name: str, labels: Mapping[str, str], *, ip: bool = True, ready: bool = True) -> None:

@@ -28,22 +28,23 @@ import contextlib
 import copy
 from collections.abc import AsyncIterator, Mapping
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import pytest
 
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
 from operators.endpointattachment.constants import METALLB_IPS_ANNOTATION
-from shared.kube import SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
-from tests.ea_builders import (
-    for_create,
-    lineage_labels,
-    make_attachment,
-    make_claim,
-    make_class,
-    make_helmrelease,
-    make_service,
+from shared.kube import (
+    RESOURCE_QUOTAS,
+    ROLE_BINDINGS,
+    ROLES,
+    SERVICE_ACCOUNTS,
+    SERVICES,
+    ApiError,
+    Kube,
+    Obj,
+    Resource,
 )
 from tests.support.ea_cluster import (
     ALLOCATIONS,
@@ -51,21 +52,20 @@ from tests.support.ea_cluster import (
     ATTACHMENTS,
     CLAIMS,
     CLASSES,
-    HELMRELEASES,
+    Tenant,
     condition,
     ea_crds_and_node,
     ea_operator,
     reconciles,
 )
 from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS, load_balancer
+from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS
 from tests.support.manifests import load
 from tests.support.operators import RunningOperator
 from tests.support.waiting import eventually, quota_in_force, wait_for_object
 
-RESOURCE_QUOTAS: Final = Resource("v1", "resourcequotas")
-ROLES: Final = Resource("rbac.authorization.k8s.io/v1", "roles")
-ROLE_BINDINGS: Final = Resource("rbac.authorization.k8s.io/v1", "rolebindings")
+# The tenant-facing Service of application "db", every attachment's endpoint here.
+ENDPOINT: Final = "postgres-db-rw"
 POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
 POLICY_BINDINGS: Final = Resource(
     "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
@@ -98,60 +98,6 @@ async def operator(
 ) -> AsyncIterator[RunningOperator]:
     async with ea_operator(kube, cluster, tmp_path, extra_args=ARGS) as running:
         yield running
-
-
-@pytest.fixture
-async def lb(kube: Kube) -> AsyncIterator[MetalLB]:
-    """MetalLB, one per session, answering every Service whose address is in a served class's pool."""
-    async with load_balancer(kube) as balancer:
-        yield balancer
-
-
-class Tenant:
-    """One tenant namespace: an application with a tenant-facing endpoint, classes (removed after)."""
-
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
-        self.cluster_objects: list[str] = []
-
-    async def app(self, name: str = "db") -> None:
-        """A Cozystack application (its HelmRelease) and its tenant-facing Service."""
-        release = for_create(
-            make_helmrelease(
-                f"postgres-{name}", self.namespace, labels=lineage_labels(name=name, tenant_facing=False)
-            )
-        )
-        release["spec"]["chart"]["spec"]["sourceRef"] = {
-            "kind": "HelmRepository",
-            "name": "cozystack-apps",
-            "namespace": "cozy-public",
-        }
-        await self.kube.create(HELMRELEASES.path(self.namespace), release)
-        service = for_create(
-            make_service(f"postgres-{name}-rw", self.namespace, labels=lineage_labels(name=name))
-        )
-        service["spec"].pop("clusterIP", None)
-        await self.kube.create(SERVICES.path(self.namespace), service)
-
-    async def address_class(self, name: str, **kwargs: Any) -> Obj:
-        self.cluster_objects.append(CLASSES.path(name=name))
-        return await self.kube.create(CLASSES.path(), for_create(make_class(name, **kwargs)))
-
-    async def attachment(self, name: str, class_name: str | None, **kwargs: Any) -> Obj:
-        built = make_attachment(
-            name, self.namespace, endpoint="postgres-db-rw", class_name=class_name, owner_uid=None, **kwargs
-        )
-        return await self.kube.create(ATTACHMENTS.path(self.namespace), for_create(built))
-
-    async def claim(self, name: str, class_name: str, address: str | None = None) -> Obj:
-        built = make_claim(name, self.namespace, class_name=class_name, address=address, phase=None)
-        return await self.kube.create(CLAIMS.path(self.namespace), for_create(built))
-
-    async def cleanup(self) -> None:
-        for attachment in (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]:
-            await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
-        for path in self.cluster_objects:
-            await self.kube.delete(path)
 
 
 @pytest.fixture
@@ -213,8 +159,8 @@ async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_reco
     await tenant.address_class(
         "if-unserved", cidrs=["198.51.100.0/29"], load_balancer_class=SILENT_LOAD_BALANCER_CLASS
     )
-    await tenant.app()
-    await tenant.attachment("quiet", "if-unserved")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("quiet", ENDPOINT, class_name="if-unserved")
     pending = await wait_condition(kube, ATTACHMENTS, ns, "quiet", ("False", "AddressPending"), operator)
     address = pending["status"]["address"]
 
@@ -269,8 +215,8 @@ async def test_a_service_the_api_refuses_is_a_condition_not_a_retry_loop(
     """An IPv6 class in this IPv4-only cluster: the API answers 422 to the rendered Service."""
     ns = tenant.namespace
     await tenant.address_class("if-v6", cidrs=["2001:db8:10::/124"])
-    await tenant.app()
-    await tenant.attachment("six", "if-v6")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("six", ENDPOINT, class_name="if-v6")
     refused = await wait_condition(kube, ATTACHMENTS, ns, "six", ("False", "ServiceRefused"), operator)
     said = message(refused)
     assert said.startswith("the API refused to create the Service:"), said
@@ -347,8 +293,8 @@ async def test_a_policy_refusal_carries_its_message_and_a_changed_input_is_sent_
     await eventually(lambda: _policy_refuses(kube, ns), what="the policy in force")
 
     await tenant.address_class("if-policy", cidrs=["198.51.100.48/29"])
-    await tenant.app()
-    await tenant.attachment("denied", "if-policy")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("denied", ENDPOINT, class_name="if-policy")
     refused = await wait_condition(kube, ATTACHMENTS, ns, "denied", ("False", "ServiceRefused"), operator)
     assert POLICY_MESSAGE in message(refused), message(refused)
     assert await errors(operator) == 0
@@ -394,8 +340,8 @@ async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
     }
     await quota_in_force(kube, ns, quota)
     await tenant.address_class("if-quota", cidrs=["198.51.100.8/29"])
-    await tenant.app()
-    await tenant.attachment("capped", "if-quota")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("capped", ENDPOINT, class_name="if-quota")
     refused = await wait_condition(
         kube, ATTACHMENTS, ns, "capped", ("False", "ServiceQuotaExceeded"), operator
     )
@@ -427,8 +373,8 @@ async def test_the_address_is_released_only_after_the_service_is_gone(
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("if-order", cidrs=["198.51.100.16/29"])
-    await tenant.app()
-    await tenant.attachment("ordered", "if-order")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("ordered", ENDPOINT, class_name="if-order")
     bound = await wait_condition(
         kube, ATTACHMENTS, ns, "ordered", ("True", "Minted"), operator, "AddressBound"
     )
@@ -520,8 +466,8 @@ async def test_owner_references_pass_the_admission_plugin_and_others_are_refused
 ) -> None:
     ns = tenant.namespace
     await tenant.address_class("if-owners", cidrs=["198.51.100.24/29"])
-    await tenant.app()
-    await tenant.attachment("owned", "if-owners")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("owned", ENDPOINT, class_name="if-owners")
     service = await wait_for_object(kube, SERVICES, "ea-owned", lambda s: s is not None, namespace=ns)
     assert service is not None
     attachment = await kube.get(ATTACHMENTS.path(ns, "owned"))
@@ -699,10 +645,10 @@ async def test_the_sample_quota_keeps_one_tenant_from_draining_a_shared_pool(
     await eventually(allocated, what=f"{claims_allowed} addresses allocated")
     assert (await kube.get(CLASSES.path(name="if-shared")) or {})["status"]["capacity"] > claims_allowed
 
-    await tenant.app()
+    await tenant.app_with_endpoint()
     for index in range(attachments_allowed):
-        await tenant.attachment(f"a{index}", "if-shared")
+        await tenant.attachment(f"a{index}", ENDPOINT, class_name="if-shared")
     with pytest.raises(ApiError) as refused:
-        await tenant.attachment("one-too-many", "if-shared")
+        await tenant.attachment("one-too-many", ENDPOINT, class_name="if-shared")
     assert refused.value.status == 403
     assert "exceeded quota" in refused.value.message

@@ -12,9 +12,8 @@ from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator
 from pathlib import Path
-from typing import Any
 
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
@@ -28,17 +27,11 @@ from operators.endpointattachment.constants import (
     REASON_ADDRESS_PENDING,
     SERVICE_PROXY_NAME_LABEL,
 )
-from shared.kube import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj
+from shared.kube import NAMESPACES, SERVICE_ACCOUNTS, SERVICES, Kube, Obj
 from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
 from tests.ea_builders import (
     for_create,
-    lineage_labels,
-    make_attachment,
     make_claim,
-    make_class,
-    make_helmrelease,
-    make_service,
-    make_serviceproxy,
 )
 from tests.support.ea_cluster import (
     ALLOCATIONS,
@@ -48,15 +41,14 @@ from tests.support.ea_cluster import (
     CLASSES,
     GROUP_VERSION,
     HELMRELEASES,
-    NODE,
     OPERATOR_NAMESPACE,
-    PROXIES,
+    Tenant,
     condition,
     ea_crds_and_node,
     ea_operator,
     reconciles,
 )
-from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS, load_balancer
+from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS
 from tests.support.operators import RunningOperator
 from tests.support.otlp import attributes, otlp_receiver
 from tests.support.waiting import eventually, wait_for_object
@@ -74,106 +66,6 @@ async def operator(
 ) -> AsyncIterator[RunningOperator]:
     async with ea_operator(kube, cluster, tmp_path) as running:
         yield running
-
-
-@pytest.fixture
-async def lb(kube: Kube) -> AsyncIterator[MetalLB]:
-    """MetalLB, one per session, answering every Service whose address is in a class's pool."""
-    async with load_balancer(kube) as balancer:
-        yield balancer
-
-
-class Tenant:
-    """One tenant namespace and what the tests create in it (cluster-scoped objects are removed)."""
-
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
-        self.cluster_objects: list[str] = []
-        self.ips = iter(range(10, 250))
-
-    async def app(self, name: str, kind: str = "Postgres") -> Obj:
-        """A Cozystack application: its HelmRelease, carrying the lineage labels."""
-        release = make_helmrelease(
-            f"{kind.lower()}-{name}",
-            self.namespace,
-            labels=lineage_labels(kind=kind, name=name, tenant_facing=False),
-        )
-        body = for_create(release)
-        # The real Flux CRD requires a chart source; Cozystack's apps come from its own repository.
-        body["spec"]["chart"]["spec"]["sourceRef"] = {
-            "kind": "HelmRepository",
-            "name": "cozystack-apps",
-            "namespace": "cozy-public",
-        }
-        return await self.kube.create(HELMRELEASES.path(self.namespace), body)
-
-    async def endpoint(
-        self,
-        name: str,
-        app: str,
-        *,
-        selector: Mapping[str, str],
-        kind: str = "Postgres",
-        ports: Sequence[Mapping[str, Any]] | None = None,
-        tenant_facing: bool = True,
-    ) -> Obj:
-        """A Service of the app as Cozystack's lineage webhook labels it."""
-        service = make_service(
-            name,
-            self.namespace,
-            labels=lineage_labels(kind=kind, name=app, tenant_facing=tenant_facing),
-            selector=selector,
-            ports=ports,
-        )
-        body = for_create(service)
-        body["spec"].pop("clusterIP", None)
-        return await self.kube.create(SERVICES.path(self.namespace), body)
-
-    async def pod(self, name: str, labels: Mapping[str, str], ready: bool = True) -> Obj:
-        """A Pod on the test node, marked Running (and Ready) with an IP, as the kubelet would."""
-        pod = await self.kube.create(
-            PODS.path(self.namespace),
-            {
-                "apiVersion": "v1",
-                "kind": "Pod",
-                "metadata": {"name": name, "labels": dict(labels)},
-                "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "example.invalid/app:1"}]},
-            },
-        )
-        await self.set_ready(name, ready)
-        return pod
-
-    async def set_ready(self, name: str, ready: bool) -> None:
-        ip = f"10.244.1.{next(self.ips)}"
-        status = {
-            "phase": "Running",
-            "podIP": ip,
-            "podIPs": [{"ip": ip}],
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
-        }
-        await self.kube.patch(PODS.path(self.namespace, name) + "/status", {"status": status}, kind="merge")
-
-    async def address_class(self, name: str, **kwargs: Any) -> Obj:
-        self.cluster_objects.append(CLASSES.path(name=name))
-        return await self.kube.create(CLASSES.path(), for_create(make_class(name, **kwargs)))
-
-    async def proxy(self) -> Obj:
-        self.cluster_objects.append(PROXIES.path(name="cozy-proxy"))
-        return await self.kube.create(PROXIES.path(), for_create(make_serviceproxy()))
-
-    async def attachment(self, name: str, endpoint: str, **kwargs: Any) -> Obj:
-        built = make_attachment(name, self.namespace, endpoint=endpoint, owner_uid=None, **kwargs)
-        return await self.kube.create(ATTACHMENTS.path(self.namespace), for_create(built))
-
-    async def claim(self, name: str, class_name: str, address: str | None = None) -> Obj:
-        built = make_claim(name, self.namespace, class_name=class_name, address=address, phase=None)
-        return await self.kube.create(CLAIMS.path(self.namespace), for_create(built))
-
-    async def cleanup(self) -> None:
-        for attachment in (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]:
-            await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
-        for path in self.cluster_objects:
-            await self.kube.delete(path)
 
 
 @pytest.fixture

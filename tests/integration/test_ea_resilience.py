@@ -77,7 +77,6 @@ from tests.support.ea_cluster import (
     operator_kubeconfig,
 )
 from tests.support.faultproxy import Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
-from tests.support.loadbalancer import load_balancer
 from tests.support.operators import RunningOperator
 from tests.support.waiting import eventually, wait_for_object
 
@@ -167,13 +166,6 @@ async def ea_crds(kube: Kube) -> AsyncIterator[None]:
         yield
 
 
-@pytest.fixture
-async def lb(kube: Kube) -> AsyncIterator[MetalLB]:
-    """MetalLB (one per session), answering every rendered Service with the address it asks for."""
-    async with load_balancer(kube) as balancer:
-        yield balancer
-
-
 # --- building the world ----------------------------------------------------------------------------
 
 
@@ -200,11 +192,6 @@ def helmrelease_body(namespace: str, app: str, kind: str = "Postgres") -> Obj:
         f"{kind.lower()}-{app}", namespace, labels=lineage_labels(kind=kind, name=app, tenant_facing=False)
     )
     body = for_create(release)
-    body["spec"]["chart"]["spec"]["sourceRef"] = {
-        "kind": "HelmRepository",
-        "name": "cozystack-apps",
-        "namespace": "cozy-public",
-    }
     return body
 
 
@@ -227,7 +214,6 @@ def service_body(
         ports=ports,
     )
     body = for_create(service)
-    body["spec"].pop("clusterIP", None)
     return body
 
 

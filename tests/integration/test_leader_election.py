@@ -383,12 +383,6 @@ class Tenant:
                 labels=lineage_labels(kind=APP_KIND, name=APP, tenant_facing=False),
             )
         )
-        # The real Flux CRD requires a chart source; Cozystack's apps come from its own repository.
-        release["spec"]["chart"]["spec"]["sourceRef"] = {
-            "kind": "HelmRepository",
-            "name": "cozystack-apps",
-            "namespace": "cozy-public",
-        }
         await self.kube.create(HELMRELEASES.path(self.namespace), release)
         service = for_create(
             make_service(
@@ -398,7 +392,6 @@ class Tenant:
                 selector={"app": APP},
             )
         )
-        service["spec"].pop("clusterIP", None)
         await self.kube.create(SERVICES.path(self.namespace), service)
 
     async def attachment(self, name: str, class_name: str) -> Obj:

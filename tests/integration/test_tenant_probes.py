@@ -77,7 +77,6 @@ async def world(
     async with admission_world(kube, cluster, tmp_path_factory.mktemp("probes")) as built:
         victim = built.victim_namespace
         service = for_create(make_service(VICTIM_ONLY_SERVICE, victim, selector={"app": "db"}))
-        service["spec"].pop("clusterIP", None)
         await kube.create(SERVICES.path(victim), service)
         claim = make_claim(VICTIM_CLAIM, victim, class_name=CLASS_V4, address=None, phase=None)
         await kube.create(CLAIMS.path(victim), for_create(claim))

@@ -176,7 +176,6 @@ async def tenant_app(kube: Kube, namespace: str, app: str) -> None:
             labels=lineage_labels(kind="Postgres", name=app, tenant_facing=False),
         )
     )
-    release["spec"]["chart"]["spec"]["sourceRef"] = {"kind": "HelmRepository", "name": "cozystack-apps"}
     await kube.create(HELMRELEASES.path(namespace), release)
     service = for_create(
         make_service(
@@ -186,7 +185,6 @@ async def tenant_app(kube: Kube, namespace: str, app: str) -> None:
             selector={"app": app},
         )
     )
-    service["spec"].pop("clusterIP", None)
     await kube.create(SERVICES.path(namespace), service)
     pod = {
         "apiVersion": "v1",

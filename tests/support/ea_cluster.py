@@ -1,8 +1,10 @@
 """The EndpointAttachment operator on a test cluster: its CRDs, its own ServiceAccount and RBAC, the
 operator process, and what its integration tests read back (conditions, pass counts).
 
-Shared by ``tests/integration/test_ea_operator.py`` (the design's proofs) and
-``tests/integration/test_ea_resilience.py`` (restarts and broken networks). Decides only what both
+Shared by ``tests/integration/test_ea_operator.py`` (the design's proofs),
+``tests/integration/test_ea_failures.py`` (refusals and waits as conditions) and
+``tests/integration/test_ea_resilience.py`` (restarts and broken networks); ``Tenant`` builds a
+tenant's world through the API. Decides only what they all
 need the same way: the kinds' resources, the operator's namespace and RBAC (exactly what
 ``config/rbac/endpointattachment`` gives it, without the tenants' roles), and how it is started.
 """
@@ -13,10 +15,20 @@ import contextlib
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
 from pathlib import Path
-from typing import Final
+from typing import Any, Final
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NO_ANSWER, NODES, Kube, Obj, Resource
+from shared.kube import NO_ANSWER, NODES, PODS, SERVICES, Kube, Obj, Resource
+from tests.ea_builders import (
+    for_create,
+    lineage_labels,
+    make_attachment,
+    make_claim,
+    make_class,
+    make_helmrelease,
+    make_service,
+    make_serviceproxy,
+)
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process
@@ -176,3 +188,97 @@ async def reconciles(operator: RunningOperator) -> float:
         for (name, labels), v in samples.items()
         if name == "controller_runtime_reconcile_total" and ("controller", ATTACHMENT_CONTROLLER) in labels
     )
+
+
+class Tenant:
+    """One tenant namespace and what the tests create in it (cluster-scoped objects are removed)."""
+
+    def __init__(self, kube: Kube, namespace: str) -> None:
+        self.kube, self.namespace = kube, namespace
+        self.cluster_objects: list[str] = []
+        self.ips = iter(range(10, 250))
+
+    async def app(self, name: str, kind: str = "Postgres") -> Obj:
+        """A Cozystack application: its HelmRelease, carrying the lineage labels."""
+        release = make_helmrelease(
+            f"{kind.lower()}-{name}",
+            self.namespace,
+            labels=lineage_labels(kind=kind, name=name, tenant_facing=False),
+        )
+        body = for_create(release)
+        return await self.kube.create(HELMRELEASES.path(self.namespace), body)
+
+    async def endpoint(
+        self,
+        name: str,
+        app: str,
+        *,
+        selector: Mapping[str, str],
+        kind: str = "Postgres",
+        ports: Sequence[Mapping[str, Any]] | None = None,
+        tenant_facing: bool = True,
+    ) -> Obj:
+        """A Service of the app as Cozystack's lineage webhook labels it."""
+        service = make_service(
+            name,
+            self.namespace,
+            labels=lineage_labels(kind=kind, name=app, tenant_facing=tenant_facing),
+            selector=selector,
+            ports=ports,
+        )
+        body = for_create(service)
+        return await self.kube.create(SERVICES.path(self.namespace), body)
+
+    async def pod(self, name: str, labels: Mapping[str, str], ready: bool = True) -> Obj:
+        """A Pod on the test node, marked Running (and Ready) with an IP, as the kubelet would."""
+        pod = await self.kube.create(
+            PODS.path(self.namespace),
+            {
+                "apiVersion": "v1",
+                "kind": "Pod",
+                "metadata": {"name": name, "labels": dict(labels)},
+                "spec": {"nodeName": NODE, "containers": [{"name": "app", "image": "example.invalid/app:1"}]},
+            },
+        )
+        await self.set_ready(name, ready)
+        return pod
+
+    async def set_ready(self, name: str, ready: bool) -> None:
+        ip = f"10.244.1.{next(self.ips)}"
+        status = {
+            "phase": "Running",
+            "podIP": ip,
+            "podIPs": [{"ip": ip}],
+            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+        }
+        await self.kube.patch(PODS.path(self.namespace, name) + "/status", {"status": status}, kind="merge")
+
+    async def address_class(self, name: str, **kwargs: Any) -> Obj:
+        self.cluster_objects.append(CLASSES.path(name=name))
+        return await self.kube.create(CLASSES.path(), for_create(make_class(name, **kwargs)))
+
+    async def proxy(self) -> Obj:
+        self.cluster_objects.append(PROXIES.path(name="cozy-proxy"))
+        return await self.kube.create(PROXIES.path(), for_create(make_serviceproxy()))
+
+    async def attachment(self, name: str, endpoint: str, **kwargs: Any) -> Obj:
+        built = make_attachment(name, self.namespace, endpoint=endpoint, owner_uid=None, **kwargs)
+        return await self.kube.create(ATTACHMENTS.path(self.namespace), for_create(built))
+
+    async def app_with_endpoint(self, name: str = "db") -> str:
+        """An application and its tenant-facing Service ``postgres-<name>-rw`` (selecting the
+        application's primary); returns the Service's name."""
+        await self.app(name)
+        endpoint = f"postgres-{name}-rw"
+        await self.endpoint(endpoint, name, selector={"app": name, "role": "primary"})
+        return endpoint
+
+    async def claim(self, name: str, class_name: str, address: str | None = None) -> Obj:
+        built = make_claim(name, self.namespace, class_name=class_name, address=address, phase=None)
+        return await self.kube.create(CLAIMS.path(self.namespace), for_create(built))
+
+    async def cleanup(self) -> None:
+        for attachment in (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]:
+            await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
+        for path in self.cluster_objects:
+            await self.kube.delete(path)

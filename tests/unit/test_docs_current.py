@@ -27,8 +27,8 @@ from hack import docgen
 ROOT = Path(__file__).resolve().parents[2]
 # The working notes outside the repository; spelled in pieces so this file does not match itself.
 OUTSIDE = ("/work" + "/shared", "shared" + "/design", "shared" + "/fixtures")
-# A relative path climbing to a folder named "shared": fine when it lands inside the repository
-# (docs/x.md -> ../../shared/runtime), never when it climbs out of it.
+# A relative path climbing to a folder named "shared": fine when it lands inside the repository (a
+# page under docs/ linking two levels up to the runtime package), never when it climbs out of it.
 CLIMB_TO_SHARED = re.compile(r"((?:\.\./)+)shared\b")
 # Markdown inline links and images, and reference definitions; targets without a scheme are local.
 INLINE_LINK = re.compile(r"!?\[[^\]]*\]\(\s*<?([^)\s>]+)>?(?:\s+\"[^\"]*\")?\s*\)")
