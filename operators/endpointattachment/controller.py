@@ -270,8 +270,11 @@ def attachments_of_pod(caches: Caches, old: Obj | None, new: Obj | None) -> set[
     cache's field selector drops it) or changes its labels: which Services select it decides
     exclusivity, before the pod has an endpoint (the wiring's ``labels_changed`` predicate)."""
     world = World(caches)
-    namespaces = {key_of(v)[0] for v in _versions(old, new)}
-    return {key for key in world.in_vm_mode() if key[0] in namespaces}
+    keys: set[Key] = set()
+    for namespace in {key_of(v)[0] for v in _versions(old, new)}:
+        # Pod events are many: intersect with the namespace's index, never scan every VM-mode key.
+        keys |= world.attachments.index_keys(BY_NAMESPACE, namespace) & world.in_vm_mode()
+    return keys
 
 
 def attachments_of_helmrelease(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
