@@ -4,8 +4,8 @@ repair loop, declared.
 Decides: the glue, and only the glue.
 
 * **what wakes which pass**: one wiring block per controller. Each watched kind maps a change to the
-  keys it concerns through a named map function given the old and the new version (both map: a
-  Service leaving the proxy frees the pods it held for others), behind predicates: a status-only
+  keys it concerns through a named map function of one version (the runtime maps both: a Service
+  leaving the proxy frees the pods it held for others), behind predicates: a status-only
   change of a class or a ServiceProxy wakes no one (status is ours, and no pass reads it), nor does
   one of a HelmRelease (only its labels and UID are read) or a Namespace that kept its labels. A
   change wakes only the passes that read what changed, so no kind wakes every attachment per event:
@@ -59,7 +59,7 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Mapping
 from datetime import UTC, datetime, timedelta
 from typing import Any, Final
 
@@ -158,45 +158,43 @@ def _now() -> str:
     return rfc3339(datetime.now(UTC))
 
 
-def _versions(old: Obj | None, new: Obj | None) -> Iterator[Obj]:
-    """The versions a change has (both for a modification: whom the old one concerned, too)."""
-    yield from (version for version in (old, new) if version is not None)
-
-
 def is_deletion(old: Obj | None, new: Obj | None) -> bool:
     """Only the object's disappearance from the cache."""
     return new is None
 
 
-# --- map functions: attachments --------------------------------------------------------------------
+# --- map functions: one version of one object -> the keys it concerns -----------------------------
+# The runtime maps both versions of a change (whom the old one concerned, too); what depends on the
+# change itself (an address freed, a Service joining a proxy) is a predicate of its own watch.
 
 
-def attachments_of_claim(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def attachments_of_claim(caches: Caches, claim: Obj) -> frozenset[Key]:
     """The attachments naming the claim (its phase, address and recorded user decide AddressBound)."""
-    attachments = caches.store(ATTACHMENTS)
-    return {key for v in _versions(old, new) for key in attachments.index_keys(BY_CLAIM, key_of(v))}
+    return caches.store(ATTACHMENTS).index_keys(BY_CLAIM, key_of(claim))
 
 
-def attachments_of_class(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def attachments_of_class(caches: Caches, ip_class: Obj) -> set[Key]:
     """The attachments minting from the class, and those whose claim is of that class."""
-    world = World(caches)
-    return {key for v in _versions(old, new) for key in world.of_class(key_of(v)[1])}
+    return set(World(caches).of_class(key_of(ip_class)[1]))
 
 
-def attachments_of_allocation(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
-    """The attachment holding the allocation (either version's holder); and, only when an address is
-    freed (the allocation deleted, or no longer for the same address of the same class), every
-    attachment minting from that class that holds no address (a freed address may end its
-    PoolExhausted or AddressInUse). An added allocation takes an address and frees none: it concerns
-    its holder alone, so a burst of mints wakes no one but the minters."""
-    keys: set[Key] = set()
-    for version in _versions(old, new):
-        holder = holder_of(version)
-        if holder.get("kind") == ENDPOINT_ATTACHMENT_KIND:
-            keys.add((str(holder.get("namespace") or ""), str(holder.get("name") or "")))
-    if old is not None and (new is None or _address_of(old) != _address_of(new)):
-        keys |= World(caches).address_less(str((old.get("spec") or {}).get("className")))
-    return keys
+def holder_of_allocation(caches: Caches, allocation: Obj) -> set[Key]:
+    """The attachment holding the allocation (a burst of mints wakes no one but the minters)."""
+    holder = holder_of(allocation)
+    if holder.get("kind") != ENDPOINT_ATTACHMENT_KIND:
+        return set()
+    return {(str(holder.get("namespace") or ""), str(holder.get("name") or ""))}
+
+
+def address_freed(old: Obj | None, new: Obj | None) -> bool:
+    """An allocation deleted, or no longer for the same address of the same class: an address freed."""
+    return old is not None and (new is None or _address_of(old) != _address_of(new))
+
+
+def address_less_of_class(caches: Caches, allocation: Obj) -> set[Key]:
+    """Every attachment minting from the allocation's class that holds no address (behind
+    ``address_freed``: a freed address may end its PoolExhausted or AddressInUse)."""
+    return World(caches).address_less(str((allocation.get("spec") or {}).get("className")))
 
 
 def _address_of(allocation: Obj) -> tuple[Any, Any]:
@@ -204,29 +202,30 @@ def _address_of(allocation: Obj) -> tuple[Any, Any]:
     return spec.get("className"), spec.get("address")
 
 
-def attachments_in_vm_mode(caches: Caches, old: Obj | None, new: Obj | None) -> frozenset[Key]:
-    """Every attachment in a VM mode (a ServiceProxy's declaration gates them all)."""
+def attachments_in_vm_mode(caches: Caches, obj: Obj) -> frozenset[Key]:
+    """Every attachment in a VM mode (a ServiceProxy's declaration, or a proxied Service's
+    exclusivity reading, concerns them all)."""
     return World(caches).in_vm_mode()
 
 
-def attachments_of_service(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def attachments_of_service(caches: Caches, service: Obj) -> set[Key]:
     """The attachments using the Service as their endpoint; the attachment whose rendered name a
     Service not controlled by an attachment squats, labelled or not (to report the conflict, and to
-    render once the squatter is gone);
-    and every VM-mode attachment when the Service joins or leaves a proxy, or its proxy or its
-    controller changes (what exclusivity reads of it; its backends come with its slices). The
-    attachment controlling a rendered Service is woken through ``owns``."""
+    render once the squatter is gone). The attachment controlling a rendered Service is woken
+    through ``owns``; every VM-mode attachment, by ``attachments_in_vm_mode`` behind
+    ``proxy_reading_changed``."""
     world = World(caches)
-    keys: set[Key] = set()
-    for version in _versions(old, new):
-        key = key_of(version)
-        keys |= world.attachments.index_keys(BY_ENDPOINT, key)
-        owner = sole_controller(version)
-        if (owner or {}).get("kind") != ENDPOINT_ATTACHMENT_KIND:
-            keys |= world.attachments.index_keys(BY_RENDERED_SERVICE, key)
-    if _as_proxied(old) != _as_proxied(new):
-        keys |= world.in_vm_mode()
+    key = key_of(service)
+    keys = set(world.attachments.index_keys(BY_ENDPOINT, key))
+    if (sole_controller(service) or {}).get("kind") != ENDPOINT_ATTACHMENT_KIND:
+        keys |= world.attachments.index_keys(BY_RENDERED_SERVICE, key)
     return keys
+
+
+def proxy_reading_changed(old: Obj | None, new: Obj | None) -> bool:
+    """The Service joined or left a proxy, or its proxy, controller or selector changed: what the
+    exclusivity check reads of it (its backends come with its slices)."""
+    return _as_proxied(old) != _as_proxied(new)
 
 
 def _as_proxied(service: Obj | None) -> tuple[str, Any, Any, Any, Any] | None:
@@ -240,24 +239,24 @@ def _as_proxied(service: Obj | None) -> tuple[str, Any, Any, Any, Any] | None:
     return proxy, owner.get("kind"), owner.get("name"), owner.get("uid"), selector
 
 
-def attachments_of_slice(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
-    """VM-mode attachments only (no other mode reads a slice), when the slice's ready backends (or
-    its Service) changed: those whose endpoint the slice serves, and all of them when the slice is of
-    a proxied Service (its backends decide exclusivity). A slice whose Service is not cached yet
-    wakes no one for exclusivity: the Service's own arrival does."""
-    if old is not None and new is not None and _slice_reading(old) == _slice_reading(new):
-        return set()
+def slice_reading_changed(old: Obj | None, new: Obj | None) -> bool:
+    """A slice added or deleted, or its Service or ready backends changed (what a pass reads)."""
+    return old is None or new is None or _slice_reading(old) != _slice_reading(new)
+
+
+def attachments_of_slice(caches: Caches, endpoint_slice: Obj) -> set[Key]:
+    """VM-mode attachments only (no other mode reads a slice): those whose endpoint the slice
+    serves, and all of them when the slice is of a proxied Service (its backends decide
+    exclusivity). A slice whose Service is not cached yet wakes no one for exclusivity: the
+    Service's own arrival does."""
     world = World(caches)
     in_vm_mode = world.in_vm_mode()
     if not in_vm_mode:
         return set()
-    keys: set[Key] = set()
-    for version in _versions(old, new):
-        service = (key_of(version)[0], labels(version).get(ENDPOINTSLICE_SERVICE_NAME_LABEL, ""))
-        keys |= world.attachments.index_keys(BY_ENDPOINT, service) & in_vm_mode
-        if world.is_proxied(service):
-            return set(in_vm_mode)
-    return keys
+    service = (key_of(endpoint_slice)[0], labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL, ""))
+    if world.is_proxied(service):
+        return set(in_vm_mode)
+    return set(world.attachments.index_keys(BY_ENDPOINT, service) & in_vm_mode)
 
 
 def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
@@ -265,82 +264,71 @@ def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
     return labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL), ready_backends((endpoint_slice,))
 
 
-def attachments_of_pod(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def attachments_of_pod(caches: Caches, pod: Obj) -> frozenset[Key]:
     """The VM-mode attachments of the pod's namespace, when a pod appears, goes (or finishes: the
     cache's field selector drops it) or changes its labels: which Services select it decides
     exclusivity, before the pod has an endpoint (the wiring's ``labels_changed`` predicate)."""
     world = World(caches)
-    keys: set[Key] = set()
-    for namespace in {key_of(v)[0] for v in _versions(old, new)}:
-        # Pod events are many: intersect with the namespace's index, never scan every VM-mode key.
-        keys |= world.attachments.index_keys(BY_NAMESPACE, namespace) & world.in_vm_mode()
-    return keys
+    # Pod events are many: intersect with the namespace's index, never scan every VM-mode key.
+    return world.attachments.index_keys(BY_NAMESPACE, key_of(pod)[0]) & world.in_vm_mode()
 
 
-def attachments_of_helmrelease(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def attachments_of_helmrelease(caches: Caches, release: Obj) -> set[Key]:
     """The attachments of its namespace whose endpoint belongs to the release's application (all of
     them when the release names none, and those whose endpoint is not cached: it may)."""
     world = World(caches)
+    app = application_of(release)
     keys: set[Key] = set()
-    for version in _versions(old, new):
-        app = application_of(version)
-        for attachment in world.attachments.index(BY_NAMESPACE, key_of(version)[0]):
-            endpoint = world.endpoint_of(attachment)
-            if app is None or endpoint is None or belongs_to(endpoint, app):
-                keys.add(key_of(attachment))
+    for attachment in world.attachments.index(BY_NAMESPACE, key_of(release)[0]):
+        endpoint = world.endpoint_of(attachment)
+        if app is None or endpoint is None or belongs_to(endpoint, app):
+            keys.add(key_of(attachment))
     return keys
 
 
-def attachments_in_namespace(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def attachments_in_namespace(caches: Caches, namespace: Obj) -> frozenset[Key]:
     """The attachments of the namespace (its labels decide a class's allowedNamespaces)."""
-    attachments = caches.store(ATTACHMENTS)
-    return {key for v in _versions(old, new) for key in attachments.index_keys(BY_NAMESPACE, key_of(v)[1])}
+    return caches.store(ATTACHMENTS).index_keys(BY_NAMESPACE, key_of(namespace)[1])
 
 
 # --- map functions: claims -------------------------------------------------------------------------
 
 
-def claims_of_allocation(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def claims_of_allocation(caches: Caches, allocation: Obj) -> set[Key]:
     """The claim holding the allocation."""
-    keys: set[Key] = set()
-    for version in _versions(old, new):
-        holder = holder_of(version)
-        if holder.get("kind") == IP_ADDRESS_CLAIM_KIND and holder.get("name"):
-            keys.add((str(holder.get("namespace") or ""), str(holder["name"])))
-    return keys
+    holder = holder_of(allocation)
+    if holder.get("kind") != IP_ADDRESS_CLAIM_KIND or not holder.get("name"):
+        return set()
+    return {(str(holder.get("namespace") or ""), str(holder["name"]))}
 
 
-def claims_of_class(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def claims_of_class(caches: Caches, ip_class: Obj) -> frozenset[Key]:
     """The claims of the class."""
-    claims_store = caches.store(CLAIMS)
-    return {key for v in _versions(old, new) for key in claims_store.index_keys(BY_CLASS, key_of(v)[1])}
+    return caches.store(CLAIMS).index_keys(BY_CLASS, key_of(ip_class)[1])
 
 
-def claims_in_namespace(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def claims_in_namespace(caches: Caches, namespace: Obj) -> frozenset[Key]:
     """The claims of the namespace (its labels decide a class's allowedNamespaces)."""
-    claims_store = caches.store(CLAIMS)
-    return {key for v in _versions(old, new) for key in claims_store.index_keys(BY_NAMESPACE, key_of(v)[1])}
+    return caches.store(CLAIMS).index_keys(BY_NAMESPACE, key_of(namespace)[1])
 
 
-def claims_used_by_attachment(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def claims_used_by_attachment(caches: Caches, attachment: Obj) -> set[Key]:
     """The claims recording the attachment as their user: once it is gone (deleted without its
-    finalizer running), its claims are freed."""
-    claims_store = caches.store(CLAIMS)
-    keys: set[Key] = set()
-    for version in _versions(old, new):
-        uid = (version.get("metadata") or {}).get("uid")
-        if uid:
-            keys |= {k for k in claims_store.index_keys(BY_USER, str(uid)) if k[0] == key_of(version)[0]}
-    return keys
+    finalizer running, the wiring's ``is_deletion``), its claims are freed."""
+    uid = (attachment.get("metadata") or {}).get("uid")
+    if not uid:
+        return set()
+    namespace = key_of(attachment)[0]
+    return {k for k in caches.store(CLAIMS).index_keys(BY_USER, str(uid)) if k[0] == namespace}
 
 
 # --- map functions: classes ------------------------------------------------------------------------
 
 
-def class_of_allocation(caches: Caches, old: Obj | None, new: Obj | None) -> set[Key]:
+def class_of_allocation(caches: Caches, allocation: Obj) -> set[Key]:
     """The class the allocation counts in."""
-    names = {(v.get("spec") or {}).get("className") for v in _versions(old, new)}
-    return {("", str(name)) for name in names if name}
+    name = (allocation.get("spec") or {}).get("className")
+    return {("", str(name))} if name else set()
 
 
 # --- the three controllers -------------------------------------------------------------------------
@@ -353,10 +341,12 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
     watches=(
         Watch(CLAIMS, attachments_of_claim),
         Watch(CLASSES, attachments_of_class, (generation_changed,)),
-        Watch(ALLOCATIONS, attachments_of_allocation),
+        Watch(ALLOCATIONS, holder_of_allocation),
+        Watch(ALLOCATIONS, address_less_of_class, (address_freed,)),
         Watch(PROXIES, attachments_in_vm_mode, (generation_changed,)),
         Watch(SERVICES, attachments_of_service),
-        Watch(ENDPOINT_SLICES, attachments_of_slice),
+        Watch(SERVICES, attachments_in_vm_mode, (proxy_reading_changed,)),
+        Watch(ENDPOINT_SLICES, attachments_of_slice, (slice_reading_changed,)),
         Watch(PODS, attachments_of_pod, (labels_changed,)),
         Watch(HELMRELEASES, attachments_of_helmrelease, (labels_changed,)),
         Watch(NAMESPACES, attachments_in_namespace, (labels_changed,)),

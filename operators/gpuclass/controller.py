@@ -84,7 +84,7 @@ def all_classes_key(obj: Obj) -> Key:
     return ALL_CLASSES
 
 
-def all_classes(caches: Caches, old: Obj | None, new: Obj | None) -> Iterable[Key]:
+def all_classes(caches: Caches, obj: Obj) -> Iterable[Key]:
     """Which keys a Node or Pod change wakes (the fold already said the inventory moved): every
     class may take its units from any node, so the one pass over every class."""
     return (ALL_CLASSES,)

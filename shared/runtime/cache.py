@@ -20,6 +20,8 @@ Decides:
   idle watch (no data for ``idle_timeout_seconds``) or any other failure, after a jittered backoff
   (``BACKOFF_INITIAL_SECONDS`` doubling up to ``BACKOFF_MAX_SECONDS``); a watch the server ends
   normally is started again from the last resourceVersion seen (an event's or a BOOKMARK's);
+* an optional kind (``gate``, see ``served``): a LIST answered 404 while the kind's CRD is not
+  established empties the cache (deletions delivered), counts as synced, and waits for the CRD;
 * LISTed items carry the list's ``apiVersion`` and ``kind`` like watched ones (the API leaves them
   out of list items), so owner references can be made from any cached object.
 
@@ -52,6 +54,7 @@ from collections.abc import (
 from typing import Any, Final, Protocol
 
 from shared.kube import NO_ANSWER, ApiError, Kube, Obj, Resource
+from shared.runtime.served import NOT_FOUND, ServedGate
 
 __all__ = [
     "BACKOFF_INITIAL_SECONDS",
@@ -237,6 +240,7 @@ class Informer:
         idle_timeout_seconds: float = 90.0,
         name: str = "",
         namespace: str | None = None,
+        gate: ServedGate | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
         clock: Callable[[], float] = time.monotonic,
     ) -> None:
@@ -253,6 +257,9 @@ class Informer:
         self.path = resource.path(namespace)
         self.synced = asyncio.Event()
         self.relists = 0
+        # An optional kind (``served``): whether the API served it at the last LIST.
+        self.gate = gate
+        self.served = gate is None or gate.served()
         # Where the next watch starts: the last list's, event's or bookmark's resourceVersion.
         self.resource_version = ""
         self._handlers: list[ChangeHandler] = []
@@ -301,7 +308,15 @@ class Informer:
                 if self._listed:
                     self.relists += 1
                 self._listed = True
-                await self._list()
+                try:
+                    await self._list()
+                except ApiError as error:
+                    if self.gate is None or error.status != NOT_FOUND or self.gate.served():
+                        raise
+                    self._not_served()
+                    await self.gate.wait_served()
+                    continue
+                self.served = True
                 self.synced.set()
                 while True:
                     watch_started = self._clock()
@@ -346,6 +361,15 @@ class Informer:
                 break
         self._delete_unseen(seen, list_version)
         self.resource_version = list_version
+
+    def _not_served(self) -> None:
+        """The kind is not served (its CRD is not established): nothing of it exists. What the
+        cache still holds goes as deletions, and the empty world counts as synced."""
+        log.info("%s: not served by the API; waiting for its CRD to be established", self.name)
+        self.served = False
+        self._delete_unseen(set(), "")
+        self.resource_version = ""
+        self.synced.set()
 
     def _delete_unseen(self, seen: set[Key], list_version: str) -> None:
         if self.fold is not None:

@@ -4,10 +4,11 @@ Decides, as controller-runtime's builder and controller do:
 
 * **wiring** is data (``Wiring``): the primary kind (each change wakes its own key, or the key its
   ``key`` function names), owned kinds (a change wakes the primary named by the object's controller
-  reference), watched kinds with a named map function (given the caches, the old and the new
-  object) and predicates; ``reads`` lists the other caches ``reconcile`` reads, so the manager can
-  hold the workers until every one of them has synced; ``writes`` lists the verbs ``reconcile``
-  uses, so a test can hold the ClusterRole to exactly what the wiring declares;
+  reference), watched kinds with a named map function (given the caches and one version of the
+  object; the runtime maps both versions of a change) and predicates; ``reads`` lists the other
+  caches ``reconcile`` reads, so the manager can hold the workers until every one of them has
+  synced; ``writes`` lists the verbs ``reconcile`` uses, so a test can hold the ClusterRole to
+  exactly what the wiring declares;
 * a change made by a reconcile's own write (write-through, see ``writes``) never wakes the key that
   made it: that pass already decided with what it wrote;
 * ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
@@ -94,8 +95,13 @@ class Caches(Protocol):
 
     def store(self, resource: Resource) -> Store: ...
 
+    def served(self, resource: Resource) -> bool: ...
 
-MapFunc = Callable[[Caches, Obj | None, Obj | None], Iterable[Key]]
+
+# A map function is given one version of one object (never None): the runtime calls it with both
+# versions of a change, so a change also wakes whom the old version concerned. What depends on the
+# change itself (a field that moved) is a predicate of the watch, as in controller-runtime.
+MapFunc = Callable[[Caches, Obj], Iterable[Key]]
 Predicate = Callable[[Obj | None, Obj | None], bool]
 KeyFunc = Callable[[Obj], Key]
 
@@ -270,7 +276,11 @@ class Controller:
 
             def on_watched(old: Obj | None, new: Obj | None, _watch: Watch = watch) -> None:
                 if all(p(old, new) for p in _watch.predicates):
-                    for key in _watch.map(self.caches, old, new):
+                    keys: set[Key] = set()
+                    for version in (old, new):
+                        if version is not None:
+                            keys.update(_watch.map(self.caches, version))
+                    for key in keys:
                         self.enqueue(key)
 
             yield watch.resource, on_watched
@@ -394,6 +404,10 @@ class StaticCaches:
     """Caches over plain stores: for map-function and reconciler unit tests, and for the manager."""
 
     stores: dict[Resource, Store] = field(default_factory=dict)
+    unserved: set[Resource] = field(default_factory=set)  # optional kinds the API does not serve
 
     def store(self, resource: Resource) -> Store:
         return self.stores[resource]
+
+    def served(self, resource: Resource) -> bool:
+        return resource not in self.unserved

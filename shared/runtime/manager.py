@@ -38,6 +38,7 @@ from shared.runtime.controller import Controller, Reconciler, Wiring, Write
 from shared.runtime.leader import LeaderElector
 from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
 from shared.runtime.rbac import Rules, required_rules
+from shared.runtime.served import CRDS, Served, slim_crd
 from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing
 
@@ -91,6 +92,7 @@ class Manager:
         self.controllers: list[Controller] = []
         self.leader_runnables: list[Runnable] = []
         self.accesses: list[Write] = []
+        self._served = Served()  # the gates of optional kinds, kept by the CRD cache
         self.controller_metrics = ControllerMetrics(registry)
         self.queue_metrics = QueueMetrics(registry)
         self.leader_metrics = LeaderMetrics(registry)
@@ -121,11 +123,20 @@ class Manager:
         label_selector: str = "",
         field_selector: str = "",
         page_size: int = 500,
+        optional: bool = False,
     ) -> Informer:
         """Declare the cache of one kind: a ``Store`` (with named indexes) or, with ``fold``, an
-        aggregate that keeps nothing of the objects themselves."""
+        aggregate that keeps nothing of the objects themselves. An ``optional`` kind (a CRD of
+        another component, installed when it is) may not be served yet: its cache is empty and
+        synced until its CRD is established, then fills (``served``)."""
         if resource in self.informers:
             raise ValueError(f"{resource.plural} is already cached")
+        gate = None
+        if optional:
+            if CRDS not in self.informers:
+                self.informers[CRDS] = Informer(self.kube, CRDS, store=Store(), transform=slim_crd)
+                self.informers[CRDS].add_handler(self._served)
+            gate = self._served.gate(resource)
         informer = Informer(
             self.kube,
             resource,
@@ -135,9 +146,15 @@ class Manager:
             label_selector=label_selector,
             field_selector=field_selector,
             page_size=page_size,
+            gate=gate,
         )
         self.informers[resource] = informer
         return informer
+
+    def served(self, resource: Resource) -> bool:
+        """Whether the API serves ``resource`` (always, but for an optional kind whose CRD is not
+        established): a reconciler tells "not installed" from "none there" by it."""
+        return self.informers[resource].served
 
     def store(self, resource: Resource) -> Store:
         informer = self.informers.get(resource)

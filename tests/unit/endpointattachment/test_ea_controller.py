@@ -374,44 +374,58 @@ def test_classes_woken(
     assert woken(CLASS_CONTROLLER, kind, old, new, steps, monkeypatch) == expected
 
 
-# --- map functions on their own: old and new both map, nothing in the stores is assumed ------------
+# --- map functions on their own: one version each, nothing in the stores is assumed --------------
 
 
 @pytest.mark.parametrize(
-    ("map_function", "old", "new", "expected"),
+    ("map_function", "obj", "expected"),
     [
-        (controller.attachments_of_claim, make_claim(), None, {KB}),
-        (controller.attachments_of_claim, None, None, set()),
-        (controller.attachments_of_class, make_class("private-v4"), make_class(), {KA, KB, KT, KV}),
-        (controller.attachments_of_allocation, ALLOC_A, None, {KA, KT}),
-        (controller.attachments_of_allocation, None, ALLOC_A, {KA}),
-        (controller.attachments_in_vm_mode, None, make_serviceproxy(), {KV}),
-        (controller.attachments_of_service, make_service(), make_service("vm-svc", labels=VM_APP), {KA, KV}),
-        (controller.attachments_of_slice, make_endpointslice(), None, set()),
-        (controller.attachments_of_slice, make_endpointslice("vm-svc"), None, {KV}),
-        (controller.attachments_of_helmrelease, make_helmrelease(namespace=OTHER_NS), None, {KT}),
-        (controller.attachments_in_namespace, NS_OBJ, {"metadata": {"name": OTHER_NS}}, {KA, KB, KV, KT}),
-        (controller.claims_of_allocation, CLAIM_ALLOC, ALLOC_A, {(NS, "my-ip")}),
-        (
-            controller.claims_of_class,
-            make_class("private-v4"),
-            make_class(),
-            {(NS, "vip"), (NS, "my-ip"), (OTHER_NS, "my-ip"), (NS, "used")},
-        ),
-        (controller.claims_in_namespace, {"metadata": {"name": OTHER_NS}}, None, {(OTHER_NS, "my-ip")}),
-        (controller.claims_used_by_attachment, A, None, {(NS, "used")}),
-        (
-            controller.class_of_allocation,
-            make_allocation(class_name="private-v4"),
-            ALLOC_A,
-            {("", "private-v4"), ("", "public-v4")},
-        ),
-        (controller.class_of_allocation, {"metadata": {"name": "x"}}, None, set()),
+        (controller.attachments_of_claim, make_claim(), {KB}),
+        (controller.attachments_of_class, make_class("private-v4"), {KV}),
+        (controller.attachments_of_class, make_class(), {KA, KB, KT}),
+        (controller.holder_of_allocation, ALLOC_A, {KA}),
+        (controller.holder_of_allocation, CLAIM_ALLOC, set()),
+        (controller.address_less_of_class, ALLOC_A, {KA, KT}),
+        (controller.attachments_in_vm_mode, make_serviceproxy(), {KV}),
+        (controller.attachments_of_service, make_service(), {KA}),
+        (controller.attachments_of_service, make_service("vm-svc", labels=VM_APP), {KV}),
+        (controller.attachments_of_slice, make_endpointslice(), set()),
+        (controller.attachments_of_slice, make_endpointslice("vm-svc"), {KV}),
+        (controller.attachments_of_helmrelease, make_helmrelease(namespace=OTHER_NS), {KT}),
+        (controller.attachments_in_namespace, NS_OBJ, {KA, KB, KV}),
+        (controller.attachments_in_namespace, {"metadata": {"name": OTHER_NS}}, {KT}),
+        (controller.claims_of_allocation, CLAIM_ALLOC, {(NS, "my-ip")}),
+        (controller.claims_of_allocation, ALLOC_A, set()),
+        (controller.claims_of_class, make_class("private-v4"), {(NS, "vip")}),
+        (controller.claims_of_class, make_class(), {(NS, "my-ip"), (NS, "used"), (OTHER_NS, "my-ip")}),
+        (controller.claims_in_namespace, {"metadata": {"name": OTHER_NS}}, {(OTHER_NS, "my-ip")}),
+        (controller.claims_used_by_attachment, A, {(NS, "used")}),
+        (controller.class_of_allocation, make_allocation(class_name="private-v4"), {("", "private-v4")}),
+        (controller.class_of_allocation, ALLOC_A, {("", "public-v4")}),
+        (controller.class_of_allocation, {"metadata": {"name": "x"}}, set()),
     ],
 )
-def test_map_functions(map_function: Any, old: Obj | None, new: Obj | None, expected: set[Key]) -> None:
+def test_map_functions(map_function: Any, obj: Obj, expected: set[Key]) -> None:
     caches = caches_of(*CLUSTER, put("claim", USED))
-    assert set(map_function(caches, old, new)) == expected
+    assert set(map_function(caches, obj)) == expected
+
+
+@pytest.mark.parametrize(
+    ("predicate", "old", "new", "expected"),
+    [
+        (controller.address_freed, ALLOC_A, None, True),  # deleted: its address is free
+        (controller.address_freed, None, ALLOC_A, False),  # a mint frees nothing
+        (controller.address_freed, ALLOC_A, changed(ALLOC_A), False),  # same address, same class
+        (controller.address_freed, ALLOC_A, make_allocation(class_name="private-v4"), True),
+        (controller.proxy_reading_changed, make_service(), make_service(), False),
+        (controller.proxy_reading_changed, None, make_service("vm-svc", labels=VM_APP), False),
+        (controller.slice_reading_changed, make_endpointslice(), make_endpointslice(), False),
+        (controller.slice_reading_changed, None, make_endpointslice(), True),
+        (controller.slice_reading_changed, make_endpointslice(), None, True),
+    ],
+)
+def test_change_predicates(predicate: Any, old: Obj | None, new: Obj | None, expected: bool) -> None:
+    assert predicate(old, new) is expected
 
 
 # --- the wiring, as declared -----------------------------------------------------------------------

@@ -81,7 +81,9 @@ def stub(obj: Obj) -> Obj:
     ],
 )
 def test_a_node_or_pod_change_wakes_the_one_pass(old: Obj | None, new: Obj | None) -> None:
-    assert list(all_classes(StaticCaches(), old, new)) == [ALL_CLASSES]
+    version = new if new is not None else old
+    assert version is not None
+    assert list(all_classes(StaticCaches(), version)) == [ALL_CLASSES]
 
 
 @pytest.mark.parametrize("name", ["h200", "l40s", "anything"])
@@ -223,7 +225,7 @@ async def test_the_pod_informer_releases_a_pod_missing_from_a_relist() -> None:
         cast(Kube, api), PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR, sleep=no_pause
     )
     woken: list[Key] = []
-    informer.add_handler(lambda old, new: woken.extend(all_classes(StaticCaches(), old, new)))
+    informer.add_handler(lambda old, new: woken.extend(all_classes(StaticCaches(), new or old or {})))
     task = asyncio.create_task(informer.run())
     try:
         await asyncio.wait_for(api.settled.wait(), timeout=5)

@@ -86,11 +86,11 @@ def test_owner_key_names_the_controlling_primary(
     assert owner_key("Widget", namespaced, owned) == key
 
 
-def parts_of_gadget(caches: Caches, old: Obj | None, new: Obj | None) -> Iterable[Key]:
-    """A map function: a gadget wakes the widgets named in its ``widgets`` label, old and new."""
-    for version in (old, new):
-        for name in (((version or {}).get("metadata") or {}).get("labels") or {}).get("widgets", "").split():
-            yield "ns", name
+def parts_of_gadget(caches: Caches, gadget: Obj) -> Iterable[Key]:
+    """A map function: a gadget wakes the widgets named in its ``widgets`` label (the runtime maps
+    the old and the new version both)."""
+    for name in ((gadget.get("metadata") or {}).get("labels") or {}).get("widgets", "").split():
+        yield "ns", name
 
 
 WIRING = Wiring(
