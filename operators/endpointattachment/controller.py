@@ -94,18 +94,14 @@ from operators.endpointattachment.world import (
     BY_NAMESPACE,
     BY_RENDERED_SERVICE,
     BY_USER,
+    CACHES,
     CLAIMS,
     CLASSES,
     HELMRELEASES,
-    INDEXERS,
-    POD_FIELD_SELECTOR,
     PROXIES,
-    RESOURCES,
     World,
     holder_of,
     labels,
-    slim,
-    slim_pod,
 )
 from shared.conditions import rfc3339, status_patch
 from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, ApiError
@@ -360,6 +356,7 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
         Write(ALLOCATIONS, ("create", "delete")),  # mint, release
         Write(CLAIMS, ("patch",), "status"),  # the claim's user
     ),
+    caches=CACHES,
     workers=Settings.workers,  # the default: ``build`` applies --workers
 )
 
@@ -378,6 +375,7 @@ CLAIM_CONTROLLER: Final = Wiring(
         Write(CLAIMS, ("patch",), "status"),
         Write(ALLOCATIONS, ("create", "delete")),
     ),
+    caches=CACHES,
     workers=Settings.workers,
 )
 
@@ -388,6 +386,7 @@ CLASS_CONTROLLER: Final = Wiring(
     predicates=(generation_changed,),  # its own status (ours) wakes no one
     watches=(Watch(ALLOCATIONS, class_of_allocation),),
     writes=(Write(CLASSES, ("patch",), "status"),),
+    caches=CACHES,
     debounce=CLASS_STATUS_DEBOUNCE_SECONDS,
     max_delay=CLASS_STATUS_MAX_DELAY_SECONDS,
 )
@@ -728,28 +727,23 @@ class Repairer:
 
 
 def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> None:
-    """Every cache with its named indexes, the three controllers, the repair loop, the metrics."""
-    for resource in RESOURCES:
-        if resource == PODS:  # only what selection reads, and never a finished pod
-            manager.informer(
-                resource,
-                indexers=INDEXERS.get(resource),
-                transform=slim_pod,
-                field_selector=POD_FIELD_SELECTOR,
-            )
-            continue
-        manager.informer(resource, indexers=INDEXERS.get(resource), transform=slim)
+    """The three controllers (each wiring declares the caches of what it touches), the repair loop,
+    the metrics."""
+    workers = max(1, settings.workers)
+    attachment_wiring = dataclasses.replace(ATTACHMENT_CONTROLLER, workers=workers)
+    claim_wiring = dataclasses.replace(CLAIM_CONTROLLER, workers=workers)
+    for declared in (attachment_wiring, claim_wiring, CLASS_CONTROLLER):
+        manager.declare_caches(declared)  # the World below reads the stores
     world = World(manager)
     writer = manager.writer
-    workers = max(1, settings.workers)
     attachments = AttachmentReconciler(
         world,
         writer,
         announce_timeout=settings.announce_timeout_seconds,
         quota_retry=settings.quota_retry_seconds,
     )
-    manager.add(dataclasses.replace(ATTACHMENT_CONTROLLER, workers=workers), attachments)
-    manager.add(dataclasses.replace(CLAIM_CONTROLLER, workers=workers), ClaimReconciler(world, writer))
+    manager.add(attachment_wiring, attachments)
+    manager.add(claim_wiring, ClaimReconciler(world, writer))
     manager.add(CLASS_CONTROLLER, ClassReconciler(world, writer))
     repairer = Repairer(world, writer, settings.repair_interval_seconds, settings.repair_grace_seconds)
     manager.add_leader_runnable(repairer.run)

@@ -53,7 +53,7 @@ from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, Resource
 from shared.lineage import application_of, belongs_to
 from shared.ownership import sole_controller
 from shared.runtime.cache import Indexer, Key, Obj, Store, key_of
-from shared.runtime.controller import Caches, StaticCaches
+from shared.runtime.controller import Cache, Caches, StaticCaches
 
 # --- the cached kinds ------------------------------------------------------------------------------
 
@@ -239,6 +239,19 @@ def slim_pod(pod: Obj) -> Obj:
         "metadata": {k: metadata[k] for k in kept if k in metadata},
         "status": {"phase": (pod.get("status") or {}).get("phase")},
     }
+
+
+# How the operator caches each kind, for every wiring to declare: the named indexes, objects slimmed
+# on arrival, and only the unfinished Pods (what selection reads).
+CACHES: Final = tuple(
+    Cache(
+        resource,
+        indexers=INDEXERS.get(resource, {}),
+        transform=slim_pod if resource == PODS else slim,
+        field_selector=POD_FIELD_SELECTOR if resource == PODS else "",
+    )
+    for resource in RESOURCES
+)
 
 
 def empty_stores() -> dict[Resource, Store]:

@@ -46,6 +46,7 @@ from shared.events import post_event
 from shared.kube import EVENTS, NODES, PODS, Kube, Resource
 from shared.runtime.cache import Key, Obj
 from shared.runtime.controller import (
+    Cache,
     Caches,
     Conflict,
     NotLeader,
@@ -90,7 +91,9 @@ def all_classes(caches: Caches, obj: Obj) -> Iterable[Key]:
     return (ALL_CLASSES,)
 
 
-def wiring(settings: Settings) -> Wiring:
+def wiring(settings: Settings, inventory: Inventory) -> Wiring:
+    """The one controller over every class; Nodes and Pods fold into ``inventory`` (nothing of
+    them is stored), and only bound, unfinished Pods are listed."""
     return Wiring(
         name=CONTROLLER_NAME,
         primary=GPUCLASSES,
@@ -99,6 +102,10 @@ def wiring(settings: Settings) -> Wiring:
         predicates=(generation_changed,),  # created, deleted, spec changed; never a status write
         watches=(Watch(NODES, map=all_classes), Watch(PODS, map=all_classes)),
         writes=(Write(GPUCLASSES, ("patch",), "status"), Write(EVENTS, ("create",))),
+        caches=(
+            Cache(NODES, fold=NodeFold(inventory)),
+            Cache(PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR),
+        ),
         debounce=settings.debounce_seconds,
         max_delay=settings.max_delay_seconds,
         resync=settings.kubevirt_recheck_seconds,
@@ -258,15 +265,13 @@ class Reconciler:
 
 
 def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> Reconciler:
-    """Declare the caches and the controller on ``manager``; the domain metrics on ``registry``."""
+    """Declare the controller (its wiring declares its caches) on ``manager``; the domain metrics
+    on ``registry``."""
     inventory = Inventory()
-    manager.informer(NODES, fold=NodeFold(inventory))
-    manager.informer(PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR)
-    manager.informer(GPUCLASSES)
     # Read on every pass, never watched: the named CR, or a list of the namespace when no name is set.
     manager.uses(KUBEVIRTS, "get", "list")
     reconciler = Reconciler(
         manager, manager.writer, manager.kube, manager.tracing, inventory, Metrics(registry), settings
     )
-    manager.add(wiring(settings), reconciler)
+    manager.add(wiring(settings, inventory), reconciler)
     return reconciler

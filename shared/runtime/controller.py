@@ -35,7 +35,7 @@ from typing import Any, Final, Protocol
 
 from shared.kube import NO_ANSWER, ApiError, Resource
 from shared.ownership import sole_controller
-from shared.runtime.cache import Key, Obj, Store, key_of
+from shared.runtime.cache import Fold, Indexer, Key, Obj, Store, key_of
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.queue import QueueShutDown, RateLimiter, WorkQueue
 from shared.telemetry.tracing import OUTCOME_ERROR, Tracing, trace_id_hex
@@ -156,6 +156,24 @@ def spec_or_metadata_changed(old: Obj | None, new: Obj | None) -> bool:
 
 
 @dataclass(frozen=True)
+class Cache:
+    """How one kind is cached: a ``Store`` with named indexes or, with ``fold``, an aggregate that
+    keeps nothing of the objects; ``transform`` slims each object on arrival; selectors narrow the
+    LIST and WATCH; ``optional``: a kind of another component, whose CRD may come later (``served``).
+    A wiring declares the caches of the kinds it touches; a kind it does not declare is cached
+    whole, in a plain store."""
+
+    resource: Resource
+    indexers: Mapping[str, Indexer] = field(default_factory=dict, hash=False)
+    fold: Fold | None = field(default=None, hash=False)
+    transform: Callable[[Obj], Obj] | None = field(default=None, hash=False)
+    label_selector: str = ""
+    field_selector: str = ""
+    page_size: int = 500
+    optional: bool = False
+
+
+@dataclass(frozen=True)
 class Watch:
     """Watches(): changes of ``resource`` wake the keys ``map`` names, when every predicate agrees."""
 
@@ -175,7 +193,8 @@ class Write:
 
 @dataclass(frozen=True)
 class Wiring:
-    """One controller, declared: what it reconciles, what wakes it, what it reads and writes."""
+    """One controller, declared: what it reconciles, what wakes it, what it reads and writes, and
+    how each of those kinds is cached (``caches``; the manager starts an informer per kind)."""
 
     name: str
     primary: Resource
@@ -186,6 +205,7 @@ class Wiring:
     watches: tuple[Watch, ...] = ()
     reads: tuple[Resource, ...] = ()
     writes: tuple[Write, ...] = ()
+    caches: tuple[Cache, ...] = ()
     workers: int = 1
     debounce: float = 0.0  # hold a woken key until quiet this long...
     max_delay: float = 0.0  # ...but no longer than this after the first wake of a burst

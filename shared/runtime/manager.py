@@ -34,7 +34,7 @@ from prometheus_client import CollectorRegistry
 
 from shared.kube import Kube, Resource
 from shared.runtime.cache import Fold, Indexer, Informer, Obj, Store
-from shared.runtime.controller import Controller, Reconciler, Wiring, Write
+from shared.runtime.controller import Cache, Controller, Reconciler, Wiring, Write
 from shared.runtime.leader import LeaderElector
 from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
 from shared.runtime.rbac import Rules, required_rules
@@ -93,6 +93,7 @@ class Manager:
         self.leader_runnables: list[Runnable] = []
         self.accesses: list[Write] = []
         self._served = Served()  # the gates of optional kinds, kept by the CRD cache
+        self._specs: dict[Resource, Cache] = {}  # how each kind is cached, as declared
         self.controller_metrics = ControllerMetrics(registry)
         self.queue_metrics = QueueMetrics(registry)
         self.leader_metrics = LeaderMetrics(registry)
@@ -125,30 +126,43 @@ class Manager:
         page_size: int = 500,
         optional: bool = False,
     ) -> Informer:
-        """Declare the cache of one kind: a ``Store`` (with named indexes) or, with ``fold``, an
-        aggregate that keeps nothing of the objects themselves. An ``optional`` kind (a CRD of
-        another component, installed when it is) may not be served yet: its cache is empty and
-        synced until its CRD is established, then fills (``served``)."""
+        """Declare the cache of one kind outside any wiring (see ``Cache``)."""
         if resource in self.informers:
             raise ValueError(f"{resource.plural} is already cached")
+        return self._cache(
+            Cache(
+                resource,
+                indexers=dict(indexers or {}),
+                fold=fold,
+                transform=transform,
+                label_selector=label_selector,
+                field_selector=field_selector,
+                page_size=page_size,
+                optional=optional,
+            )
+        )
+
+    def _cache(self, spec: Cache) -> Informer:
+        """The informer of one declared cache. An ``optional`` kind's informer is gated on its
+        CRD: the CRD cache (every CRD, slimmed) is declared with the first optional kind."""
         gate = None
-        if optional:
+        if spec.optional:
             if CRDS not in self.informers:
-                self.informers[CRDS] = Informer(self.kube, CRDS, store=Store(), transform=slim_crd)
-                self.informers[CRDS].add_handler(self._served)
-            gate = self._served.gate(resource)
+                self._cache(Cache(CRDS, transform=slim_crd)).add_handler(self._served)
+            gate = self._served.gate(spec.resource)
         informer = Informer(
             self.kube,
-            resource,
-            store=None if fold is not None else Store(indexers),
-            fold=fold,
-            transform=transform,
-            label_selector=label_selector,
-            field_selector=field_selector,
-            page_size=page_size,
+            spec.resource,
+            store=None if spec.fold is not None else Store(spec.indexers),
+            fold=spec.fold,
+            transform=spec.transform,
+            label_selector=spec.label_selector,
+            field_selector=spec.field_selector,
+            page_size=spec.page_size,
             gate=gate,
         )
-        self.informers[resource] = informer
+        self.informers[spec.resource] = informer
+        self._specs[spec.resource] = spec
         return informer
 
     def served(self, resource: Resource) -> bool:
@@ -162,10 +176,21 @@ class Manager:
             raise KeyError(f"{resource.plural} has no store (not declared, or a fold)")
         return informer.store
 
+    def declare_caches(self, wiring: Wiring) -> None:
+        """Every kind the wiring touches gets the cache the wiring declares (or a plain store),
+        once: two declarations of one kind's cache must agree. (An operator's wirings may share one
+        table of caches: a kind the wiring does not touch is not cached for it.) ``add`` does this;
+        call it first where a reconciler needs the stores before its controller is added."""
+        declared = {spec.resource: spec for spec in wiring.caches}
+        for resource in wiring.resources():
+            spec = declared.get(resource, Cache(resource))
+            if resource not in self.informers:
+                self._cache(spec)
+            elif resource in declared and self._specs.get(resource) != spec:
+                raise ValueError(f"{resource.plural} is cached twice, differently ({wiring.name})")
+
     def add(self, wiring: Wiring, reconciler: Reconciler, *, span_kind: str = "") -> Controller:
-        missing = [r.plural for r in wiring.resources() if r not in self.informers]
-        if missing:
-            raise ValueError(f"controller {wiring.name} reads kinds with no cache: {', '.join(missing)}")
+        self.declare_caches(wiring)
         controller = Controller(
             wiring,
             reconciler,

@@ -111,9 +111,9 @@ def test_what_a_class_change_wakes(old: Obj | None, new: Obj | None, wakes: bool
 
 
 def test_the_wiring_declares_what_a_pass_writes() -> None:
-    declared = {(w.resource, w.verbs, w.subresource) for w in wiring(SETTINGS).writes}
+    declared = {(w.resource, w.verbs, w.subresource) for w in wiring(SETTINGS, Inventory()).writes}
     assert declared == {(GPUCLASSES, ("patch",), "status"), (EVENTS, ("create",), "")}
-    assert set(wiring(SETTINGS).resources()) == {GPUCLASSES, NODES, PODS}
+    assert set(wiring(SETTINGS, Inventory()).resources()) == {GPUCLASSES, NODES, PODS}
 
 
 def test_the_cluster_role_grants_exactly_what_the_operator_declares() -> None:
@@ -482,7 +482,7 @@ class Idle:
 def controller(caches: StaticCaches, reconciler: Reconciler | Idle | None = None) -> Controller:
     registry = CollectorRegistry()
     return Controller(
-        wiring(SETTINGS),
+        wiring(SETTINGS, Inventory()),
         reconciler or Idle(),
         caches,
         metrics=ControllerMetrics(registry),
