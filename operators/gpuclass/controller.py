@@ -38,12 +38,12 @@ from prometheus_client import CollectorRegistry
 from operators.gpuclass.decide import ClassDecision, decide, transition_events
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Definitive, KubeVirtRead, remember, view
-from operators.gpuclass.kubevirt_read import KUBEVIRTS, read_kubevirt
+from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, KUBEVIRTS, read_kubevirt
 from operators.gpuclass.metrics import STAGE_PASS, STAGE_STATUS_WRITE, Metrics
 from operators.gpuclass.settings import Settings
 from shared.conditions import rfc3339, status_patch
 from shared.events import post_event
-from shared.kube import EVENTS, NODES, PODS, Kube, Resource
+from shared.kube import EVENTS, NODES, PODS, Resource
 from shared.runtime.cache import Key, Obj
 from shared.runtime.controller import (
     Cache,
@@ -57,6 +57,7 @@ from shared.runtime.controller import (
     generation_changed,
 )
 from shared.runtime.manager import Manager
+from shared.runtime.reads import Reads
 from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing, current_pass
 
@@ -164,14 +165,14 @@ class Reconciler:
         self,
         caches: Caches,
         writer: Writer,
-        kube: Kube,
+        kubevirts: Reads,
         tracing: Tracing,
         inventory: Inventory,
         metrics: Metrics,
         settings: Settings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
     ) -> None:
-        self.caches, self.writer, self.kube, self.tracing = caches, writer, kube, tracing
+        self.caches, self.writer, self.kubevirts, self.tracing = caches, writer, kubevirts, tracing
         self.inventory, self.metrics, self.settings, self.clock = inventory, metrics, settings, clock
         self.kubevirt_read: KubeVirtRead | None = None
         self.kubevirt_known: Definitive | None = None
@@ -196,7 +197,7 @@ class Reconciler:
         settings = self.settings
         with self.tracing.child("read KubeVirt CR", namespace=settings.kubevirt_namespace):
             read = await read_kubevirt(
-                self.kube, settings.kubevirt_namespace, settings.kubevirt_name, self.kubevirt_read, now
+                self.kubevirts, settings.kubevirt_namespace, settings.kubevirt_name, self.kubevirt_read, now
             )
         kubevirt_view = view(read, self.kubevirt_known, now)
         self.kubevirt_read, self.kubevirt_known = read, remember(read, self.kubevirt_known)
@@ -268,10 +269,14 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
     """Declare the controller (its wiring declares its caches) on ``manager``; the domain metrics
     on ``registry``."""
     inventory = Inventory()
-    # Read on every pass, never watched: the named CR, or a list of the namespace when no name is set.
-    manager.uses(KUBEVIRTS, "get", "list")
     reconciler = Reconciler(
-        manager, manager.writer, manager.kube, manager.tracing, inventory, Metrics(registry), settings
+        manager,
+        manager.writer,
+        manager.reads(KUBEVIRTS, *KUBEVIRT_VERBS),
+        manager.tracing,
+        inventory,
+        Metrics(registry),
+        settings,
     )
     manager.add(wiring(settings, inventory), reconciler)
     return reconciler

@@ -24,19 +24,22 @@ from operators.gpuclass.kubevirt import (
     Unavailable,
     outage_start,
 )
-from shared.kube import NO_ANSWER, ApiError, Kube, Resource
+from shared.kube import NO_ANSWER, ApiError, Resource
+from shared.runtime.reads import GET, LIST, Reads
 
 KUBEVIRTS = Resource("kubevirt.io/v1", "kubevirts")
+# Read on every pass, never watched: the named CR, or a list of the namespace when no name is set.
+KUBEVIRT_VERBS = (GET, LIST)
 
 
 async def read_kubevirt(
-    kube: Kube, namespace: str, name: str, previous: KubeVirtRead | None, now: datetime
+    kubevirts: Reads, namespace: str, name: str, previous: KubeVirtRead | None, now: datetime
 ) -> KubeVirtRead:
     try:
         if name:
-            cr = await kube.get(KUBEVIRTS.path(namespace, name))
+            cr = await kubevirts.get(namespace, name)
             return Found(cr) if cr is not None else NotInstalled()
-        items = (await kube.list(KUBEVIRTS.path(namespace))).get("items") or []
+        items = (await kubevirts.list(namespace)).get("items") or []
     except ApiError as error:
         if error.status == 404:
             return NotInstalled()

@@ -38,6 +38,7 @@ from shared.runtime.controller import Cache, Controller, Reconciler, Wiring, Wri
 from shared.runtime.leader import LeaderElector
 from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
 from shared.runtime.rbac import Rules, required_rules
+from shared.runtime.reads import Reads
 from shared.runtime.served import CRDS, Served, slim_crd
 from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing
@@ -205,9 +206,14 @@ class Manager:
         self.controllers.append(controller)
         return controller
 
+    def reads(self, resource: Resource, *verbs: str) -> Reads:
+        """Live reads of ``resource`` (``get``, ``list``) outside the caches, declared for RBAC."""
+        self.accesses.append(Write(resource, tuple(verbs)))
+        return Reads(self.kube, resource, frozenset(verbs))
+
     def uses(self, resource: Resource, *verbs: str, subresource: str = "") -> None:
-        """Declare an API access outside the caches and the wirings' writes (a read of a kind that
-        is never watched, a write of a leader-only runnable), so RBAC can be checked against it."""
+        """Declare an API access outside the caches, the live reads and the wirings' writes (a write
+        of a leader-only runnable), so RBAC can be checked against it."""
         self.accesses.append(Write(resource, tuple(verbs), subresource))
 
     def required_rules(self) -> Rules:

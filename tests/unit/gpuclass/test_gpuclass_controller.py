@@ -32,7 +32,7 @@ from operators.gpuclass.controller import (
 )
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import STALE_READ_GRACE, Found, NotInstalled, Unavailable
-from operators.gpuclass.kubevirt_read import read_kubevirt
+from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, KUBEVIRTS, read_kubevirt
 from operators.gpuclass.metrics import Metrics
 from operators.gpuclass.settings import Settings
 from shared.kube import EVENTS, NODES, PODS, ApiError, Kube, Resource
@@ -41,6 +41,7 @@ from shared.runtime.controller import Conflict, Controller, NotLeader, StaticCac
 from shared.runtime.manager import Manager
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.rbac import granted_rules
+from shared.runtime.reads import Reads
 from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing
 from tests.gpuclass_builders import (
@@ -329,7 +330,7 @@ class World:
         self.reconciler = Reconciler(
             self.caches,
             self.writer,
-            kube,
+            Reads(kube, KUBEVIRTS, frozenset(KUBEVIRT_VERBS)),
             Tracing(trace.NoOpTracerProvider(), "test", ratio=1.0),
             self.inventory,
             Metrics(self.registry),
@@ -412,7 +413,7 @@ async def test_a_timeout_keeps_the_last_kubevirt_read_for_the_grace_period(failu
 async def test_read_kubevirt_maps_every_timeout_to_an_ongoing_outage(failure: BaseException) -> None:
     api = FakeApi(None)
     api.kubevirt_failure = failure
-    kube = cast(Kube, api)
+    kube = Reads(cast(Kube, api), KUBEVIRTS, frozenset(KUBEVIRT_VERBS))
     first = await read_kubevirt(kube, "cozy-kubevirt", "kubevirt", Found(make_kubevirt_cr()), NOW)
     assert isinstance(first, Unavailable)
     assert first.since == NOW
@@ -422,7 +423,7 @@ async def test_read_kubevirt_maps_every_timeout_to_an_ongoing_outage(failure: Ba
 
 
 async def test_read_kubevirt_absent_is_not_installed() -> None:
-    kube = cast(Kube, FakeApi(None))
+    kube = Reads(cast(Kube, FakeApi(None)), KUBEVIRTS, frozenset(KUBEVIRT_VERBS))
     assert isinstance(await read_kubevirt(kube, "cozy-kubevirt", "kubevirt", None, NOW), NotInstalled)
 
 
