@@ -322,6 +322,39 @@ def make_endpointslice(
     }
 
 
+def make_endpoints(
+    service: str = "ea-db-vm",
+    namespace: str = NAMESPACE,
+    *,
+    backends: Sequence[Backend] = (("pod-uid-1", "10.244.0.10", True),),
+) -> Obj:
+    """The v1 Endpoints of ``service`` (what cozy-proxy reads): one subset, ready backends in
+    ``addresses`` and the others (ready False) in ``notReadyAddresses``, in the order given."""
+    ready: list[Obj] = []
+    not_ready: list[Obj] = []
+    for pod_uid, address, is_ready in backends:
+        entry: Obj = {"ip": address}
+        if pod_uid is not None:
+            entry["targetRef"] = {
+                "kind": POD_KIND,
+                "namespace": namespace,
+                "name": f"pod-{pod_uid}",
+                "uid": pod_uid,
+            }
+        (not_ready if is_ready is False else ready).append(entry)
+    subset: Obj = {"ports": [{"port": 5432, "protocol": "TCP"}]}
+    if ready:
+        subset["addresses"] = ready
+    if not_ready:
+        subset["notReadyAddresses"] = not_ready
+    return {
+        "apiVersion": "v1",
+        "kind": "Endpoints",
+        "metadata": _metadata(service, namespace, f"endpoints-uid-{service}", {}),
+        "subsets": [subset] if ready or not_ready else [],
+    }
+
+
 def make_serviceproxy(
     name: str = "cozy-proxy",
     *,

@@ -92,6 +92,11 @@ CILIUM_IPS_ANNOTATION: Final = "lbipam.cilium.io/ips"
 # so a repeated pass writes nothing. Never among OWNED_ANNOTATIONS: no pass compares or removes it.
 REPROGRAM_ANNOTATION: Final = "local.sdn.cozystack.io/reprogrammed-after"
 # Annotation values are strings; cozy-proxy compares to these literals.
+# Ours, on our own VM-mode Service: set (once per address and backend) when the Service has both its
+# address and a ready backend in its v1 Endpoints. cozy-proxy programs a Service whose address came a
+# few milliseconds before its Endpoints with no backend and does not come back to it; an update of
+# the Service makes it program again. Not in OWNED_ANNOTATIONS: the render never removes it.
+PROGRAMMED_ANNOTATION: Final = "local.sdn.cozystack.io/programmed-backend"
 ANNOTATION_TRUE: Final = "true"
 ANNOTATION_FALSE: Final = "false"
 

@@ -71,10 +71,11 @@ from operators.endpointattachment.constants import (
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
     IP_ADDRESS_CLAIM_KIND,
     IP_ADDRESS_CLASS_KIND,
+    PROGRAMMED_ANNOTATION,
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
-from operators.endpointattachment.datapath import ready_backends, reprogram_token
+from operators.endpointattachment.datapath import programmed_backends, ready_backends, reprogram_token
 from operators.endpointattachment.metrics import WorldCollector
 from operators.endpointattachment.reconcile import (
     PassContext,
@@ -97,6 +98,7 @@ from operators.endpointattachment.world import (
     CACHES,
     CLAIMS,
     CLASSES,
+    ENDPOINTS,
     HELMRELEASES,
     PROXIES,
     World,
@@ -255,6 +257,18 @@ def attachments_of_slice(caches: Caches, endpoint_slice: Obj) -> set[Key]:
     return set(world.attachments.index_keys(BY_ENDPOINT, service) & in_vm_mode)
 
 
+def programmed_reading_changed(old: Obj | None, new: Obj | None) -> bool:
+    """v1 Endpoints added or deleted, or the ready backends cozy-proxy would program changed."""
+    return old is None or new is None or programmed_backends(old) != programmed_backends(new)
+
+
+def attachment_of_rendered_endpoints(caches: Caches, endpoints: Obj) -> frozenset[Key]:
+    """The VM-mode attachment whose rendered Service these v1 Endpoints are of (named alike): what
+    cozy-proxy reads decides its Ready and the one touch of ``PROGRAMMED_ANNOTATION``."""
+    world = World(caches)
+    return world.attachments.index_keys(BY_RENDERED_SERVICE, key_of(endpoints)) & world.in_vm_mode()
+
+
 def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
     """What a pass reads of a slice: its Service and its ready backends."""
     return labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL), ready_backends((endpoint_slice,))
@@ -343,6 +357,7 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
         Watch(SERVICES, attachments_of_service),
         Watch(SERVICES, attachments_in_vm_mode, (proxy_reading_changed,)),
         Watch(ENDPOINT_SLICES, attachments_of_slice, (slice_reading_changed,)),
+        Watch(ENDPOINTS, attachment_of_rendered_endpoints, (programmed_reading_changed,)),
         Watch(PODS, attachments_of_pod, (labels_changed,)),
         Watch(HELMRELEASES, attachments_of_helmrelease, (labels_changed,)),
         Watch(NAMESPACES, attachments_in_namespace, (labels_changed,)),
@@ -477,6 +492,8 @@ class AttachmentReconciler:
             return 0.0  # refused, or the name was taken: the next round reports it
         if applied is _Applied.CREATED:
             self._holding[key] = now + STATUS_HOLD_SECONDS
+        if plan.programmed is not None and observed.service is not None:
+            await self._touch_programmed(observed.service, plan.programmed)
         held = self._held_for(key, plan, now)
         if held is None:
             await self.writer.patch_status(
@@ -487,6 +504,15 @@ class AttachmentReconciler:
             await allocator.release(self.writer, surplus)
         waits = [w for w in (held, plan.recheck_after) if w is not None]
         return max(min(waits), MIN_RECHECK_SECONDS) if waits else None
+
+    async def _touch_programmed(self, service: Mapping[str, Any], token: str) -> None:
+        """Our VM-mode Service has its address and a backend in its v1 Endpoints: update it once
+        (``PROGRAMMED_ANNOTATION``), so a cozy-proxy that saw the address before the Endpoints
+        programs it now instead of at its next resync."""
+        current = self.world.services.get(key_of(service)) or service  # after this pass's own patch
+        await self.writer.patch(
+            SERVICES, current, {"metadata": {"annotations": {PROGRAMMED_ANNOTATION: token}}}, "merge"
+        )
 
     def _held_for(self, key: Key, plan: Plan, now: float) -> float | None:
         """How much longer the status of a Service just created is held back: only while it waits

@@ -34,7 +34,13 @@ Decides, in this order (the first failure is the verdict):
    rendered by an attachment that is not cached ranks after every cached one (``uncached_rank``):
    it is never taken for the oldest. Timestamps are compared as the API's RFC 3339 ``Z`` text, which
    sorts chronologically.
-5. what a change of a proxied Service of ours breaks (``survivors``): the other proxied Services that
+5. what cozy-proxy itself will program (``programmed_backends``): the ready addresses of the
+   rendered Service's **v1 Endpoints**, the only source cozy-proxy reads (EndpointSlices can run
+   ahead of them by many seconds); a VM mode is Published only on exactly one, and
+   ``programmed_token`` is what the glue writes once on a rendered Service that has both its
+   address and that backend, since cozy-proxy programs a Service whose address came before its
+   Endpoints with no backend and does not come back to it until the Service is updated;
+6. what a change of a proxied Service of ours breaks (``survivors``): the other proxied Services that
    select (or selected) its pods, which cozy-proxy must program again after the change; the glue
    writes ``REPROGRAM_ANNOTATION`` on each with ``reprogram_token`` (deterministic, so a second pass
    writes nothing).
@@ -256,25 +262,6 @@ def selectors_nested(a: Mapping[str, str] | None, b: Mapping[str, str] | None) -
     return pairs_a <= pairs_b or pairs_b <= pairs_a
 
 
-def ready_backend_names(endpoint_slices: Iterable[Mapping[str, Any]]) -> tuple[str, ...]:
-    """The ready backends of some EndpointSlices as people name them (pod name and address),
-    one per backend key, sorted."""
-    named: dict[str, str] = {}
-    for endpoint_slice in endpoint_slices:
-        for endpoint in endpoint_slice.get("endpoints") or ():
-            if (endpoint.get("conditions") or {}).get("ready") is False:
-                continue
-            key = backend_key(endpoint)
-            if not key or key in named:
-                continue
-            target = endpoint.get("targetRef") or {}
-            addresses = endpoint.get("addresses") or ()
-            address = f" ({addresses[0]})" if addresses else ""
-            pod = target.get("name") if target.get("kind") == POD_KIND else None
-            named[key] = f"pod {pod}{address}" if pod else f"address {addresses[0] if addresses else key}"
-    return tuple(sorted(named.values()))
-
-
 def ready_backends(endpoint_slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     """Keys (pod UIDs) of the ready backends in some EndpointSlices, deduplicated."""
     keys: set[str] = set()
@@ -286,6 +273,31 @@ def ready_backends(endpoint_slices: Iterable[Mapping[str, Any]]) -> frozenset[st
             if key:
                 keys.add(key)
     return frozenset(keys)
+
+
+def programmed_backends(endpoints: Mapping[str, Any] | None) -> tuple[tuple[str, str], ...]:
+    """The ready addresses of a Service's **v1 Endpoints**, what cozy-proxy reads (it maps the
+    Service's address to the first of them): ``(backend key, how people name it)`` per backend, in
+    the API's order, one per pod UID (else per address). Not-ready addresses never count."""
+    found: dict[str, str] = {}
+    for subset in (endpoints or {}).get("subsets") or ():
+        for address in subset.get("addresses") or ():
+            target = address.get("targetRef") or {}
+            ip = str(address.get("ip") or "")
+            key = str(target["uid"]) if target.get("kind") == POD_KIND and target.get("uid") else None
+            key = key or (f"{_ADDRESS_KEY_PREFIX}{ip}" if ip else None)
+            if key is None or key in found:
+                continue
+            pod = target.get("name") if target.get("kind") == POD_KIND else None
+            found[key] = f"pod {pod} ({ip})" if pod else f"address {ip}"
+    return tuple(found.items())
+
+
+def programmed_token(address: str, backend_key: str) -> str:
+    """The value of ``PROGRAMMED_ANNOTATION`` once a VM-mode Service has its address and a backend
+    in its v1 Endpoints: deterministic, so the touch that makes cozy-proxy program it happens once
+    per (address, backend)."""
+    return f"{address}/{backend_key}"
 
 
 def backend_key(endpoint: Mapping[str, Any]) -> str | None:

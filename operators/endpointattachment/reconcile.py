@@ -106,6 +106,7 @@ from operators.endpointattachment.constants import (
     METALLB_IPS_ANNOTATION,
     MODE_STANDARD,
     MODES,
+    PROGRAMMED_ANNOTATION,
     REASON_ADDRESS_IN_USE,
     REASON_ADDRESS_NOT_ANNOUNCED,
     REASON_ADDRESS_PENDING,
@@ -121,6 +122,7 @@ from operators.endpointattachment.constants import (
     REASON_ENDPOINT_UNRESOLVED,
     REASON_MINTED,
     REASON_MINTING,
+    REASON_MULTIPLE_BACKENDS,
     REASON_NAMESPACE_NOT_ALLOWED,
     REASON_NAMESPACE_TERMINATING,
     REASON_NO_READY_BACKEND,
@@ -136,8 +138,9 @@ from operators.endpointattachment.constants import (
 from operators.endpointattachment.datapath import (
     ProxiedService,
     admit,
+    programmed_backends,
+    programmed_token,
     rank_of,
-    ready_backend_names,
     ready_backends,
     selected_pods,
     slice_pods,
@@ -176,6 +179,7 @@ class Observed:
       membership is asked, so the glue may pass a view over its index instead of a copy.
     - ``service``: the Service with the rendered name (``render.service_name``), whoever owns it.
     - ``endpoint_slices``: the EndpointSlices of the endpoint Service.
+    - ``rendered_endpoints``: the v1 Endpoints named like the rendered Service (what cozy-proxy reads).
     - ``proxied_services``: every rival for our pods: each Service delegated to a proxy and each
       other VM-mode attachment of the namespace, with the pods it selects.
     - ``pods``: the (not finished) pods of the attachment's namespace, for what the endpoint selects.
@@ -192,6 +196,7 @@ class Observed:
     taken_addresses: AbstractSet[str] = frozenset()
     service: Mapping[str, Any] | None = None
     endpoint_slices: Sequence[Mapping[str, Any]] = ()
+    rendered_endpoints: Mapping[str, Any] | None = None
     proxied_services: Sequence[ProxiedService] = ()
     namespace_labels: Mapping[str, str] = field(default_factory=dict)
     pods: Sequence[Mapping[str, Any]] = ()
@@ -301,6 +306,8 @@ class Plan:
     waits_for_service: bool = False
     # Seconds after which time alone changes this decision (an announce deadline, a quota retry).
     recheck_after: float | None = None
+    # VM modes: the PROGRAMMED_ANNOTATION value to set on our Service (None: nothing to touch).
+    programmed: str | None = None
 
     @property
     def ready(self) -> bool:
@@ -376,7 +383,12 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     if refused is not None:
         action, patch = ServiceAction.NONE, None  # the same request would get the same answer
     ready = _ready(prerequisites, existing, ours, action, address.address)
-    ready = _vm_ready(ready, mode, _endpoint_slices(observed))
+    ready, backend = _vm_ready(ready, mode, observed.rendered_endpoints if ours else None)
+    programmed = None
+    if backend is not None and address.address is not None and existing is not None:
+        token = programmed_token(str(address.address), backend)
+        if ((existing.get("metadata") or {}).get("annotations") or {}).get(PROGRAMMED_ANNOTATION) != token:
+            programmed = token
     ready, announce_recheck = _refused_or_unannounced(ready, refused, existing, ours, action, context)
     recheck_after = announce_recheck if recheck_after is None else recheck_after
 
@@ -402,6 +414,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         release_allocation=None,
         release_claim=None,
         recheck_after=recheck_after,
+        programmed=programmed,
     )
 
 
@@ -653,17 +666,28 @@ def _endpoint_slices(observed: Observed) -> list[Mapping[str, Any]]:
     ]
 
 
-def _vm_ready(ready: Condition, mode: str, slices: Sequence[Mapping[str, Any]]) -> Condition:
-    """A VM mode is Published only when the proxy has a pod to program the address onto; the message
-    names that pod (several ready backends never get here: ``MultipleBackends``)."""
+def _vm_ready(
+    ready: Condition, mode: str, rendered_endpoints: Mapping[str, Any] | None
+) -> tuple[Condition, str | None]:
+    """A VM mode is Published only when cozy-proxy has exactly one pod to program the address onto,
+    by the rendered Service's v1 Endpoints (what it reads; EndpointSlices may run ahead of them):
+    the message names that pod, and its backend key comes back for ``programmed_token``."""
     if mode not in VM_MODES or ready.reason != REASON_PUBLISHED:
-        return ready
-    backends = ready_backend_names(slices)
+        return ready, None
+    backends = programmed_backends(rendered_endpoints)
     if not backends:
-        message = f"{ready.message}, but no backend pod is ready: nothing receives its traffic yet"
-        return Condition(COND_READY, FALSE, REASON_NO_READY_BACKEND, message)
-    message = f"{ready.message}; {mode} traffic goes to {backends[0]}"
-    return Condition(COND_READY, TRUE, REASON_PUBLISHED, message)
+        message = (
+            f"{ready.message}, but the Service's Endpoints name no ready backend pod: "
+            "cozy-proxy has nothing to send its traffic to yet"
+        )
+        return Condition(COND_READY, FALSE, REASON_NO_READY_BACKEND, message), None
+    if len(backends) > 1:
+        names = ", ".join(name for _, name in backends)
+        message = f"the Service's Endpoints name {len(backends)} ready backends ({names}); {mode} serves one"
+        return Condition(COND_READY, FALSE, REASON_MULTIPLE_BACKENDS, message), None
+    key, name = backends[0]
+    message = f"{ready.message}; {mode} traffic goes to {name}"
+    return Condition(COND_READY, TRUE, REASON_PUBLISHED, message), key
 
 
 def _service_action(

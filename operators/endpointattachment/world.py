@@ -64,6 +64,8 @@ ALLOCATIONS: Final = Resource(API_VERSION, IP_ADDRESS_ALLOCATION_PLURAL, namespa
 PROXIES: Final = Resource(API_VERSION, SERVICE_PROXY_PLURAL, namespaced=False)
 HELMRELEASES: Final = Resource(HELMRELEASE_API_VERSION, HELMRELEASE_PLURAL)
 # Every kind a pass or a wake-up reads; nothing else is watched.
+# The v1 Endpoints of the rendered VM-mode Services: what cozy-proxy reads (never EndpointSlices).
+ENDPOINTS: Final = Resource("v1", "endpoints")
 RESOURCES: Final = (
     ATTACHMENTS,
     CLAIMS,
@@ -72,6 +74,7 @@ RESOURCES: Final = (
     PROXIES,
     SERVICES,
     ENDPOINT_SLICES,
+    ENDPOINTS,
     HELMRELEASES,
     NAMESPACES,
     PODS,
@@ -288,6 +291,7 @@ class World:
         self.proxies = caches.store(PROXIES)
         self.services = caches.store(SERVICES)
         self.slices = caches.store(ENDPOINT_SLICES)
+        self.endpoints = caches.store(ENDPOINTS)
         self.helmreleases = caches.store(HELMRELEASES)
         self.namespaces = caches.store(NAMESPACES)
         self.pods = caches.store(PODS)
@@ -518,6 +522,9 @@ class World:
             taken_addresses=self.taken_addresses() if held is None else frozenset(),
             service=self.services.get((namespace, service_name(name))),
             endpoint_slices=self.slices_of(namespace, endpoint_name(attachment)),
+            rendered_endpoints=self.endpoints.get((namespace, service_name(name)))
+            if in_vm_mode(attachment)
+            else None,
             proxied_services=self.proxied_services(namespace) if in_vm_mode(attachment) else (),
             namespace_labels=self.namespace_labels(namespace),
             pods=self.pods_in(namespace) if in_vm_mode(attachment) else (),

@@ -42,6 +42,7 @@ from tests.ea_builders import (
     make_attachment,
     make_claim,
     make_class,
+    make_endpoints,
     make_endpointslice,
     make_helmrelease,
     make_service,
@@ -403,6 +404,8 @@ def test_classes_woken(
         (controller.class_of_allocation, make_allocation(class_name="private-v4"), {("", "private-v4")}),
         (controller.class_of_allocation, ALLOC_A, {("", "public-v4")}),
         (controller.class_of_allocation, {"metadata": {"name": "x"}}, set()),
+        (controller.attachment_of_rendered_endpoints, make_endpoints("ea-db-vm"), {KV}),
+        (controller.attachment_of_rendered_endpoints, make_endpoints("ea-db-public"), set()),  # Standard
     ],
 )
 def test_map_functions(map_function: Any, obj: Obj, expected: set[Key]) -> None:
@@ -422,6 +425,9 @@ def test_map_functions(map_function: Any, obj: Obj, expected: set[Key]) -> None:
         (controller.slice_reading_changed, make_endpointslice(), make_endpointslice(), False),
         (controller.slice_reading_changed, None, make_endpointslice(), True),
         (controller.slice_reading_changed, make_endpointslice(), None, True),
+        (controller.programmed_reading_changed, make_endpoints(), make_endpoints(), False),
+        (controller.programmed_reading_changed, make_endpoints(), make_endpoints(backends=[]), True),
+        (controller.programmed_reading_changed, None, make_endpoints(), True),
     ],
 )
 def test_change_predicates(predicate: Any, old: Obj | None, new: Obj | None, expected: bool) -> None:

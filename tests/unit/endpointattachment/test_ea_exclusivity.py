@@ -13,8 +13,10 @@ import pytest
 from operators.endpointattachment.constants import (
     COND_DATAPATH_ADMITTED,
     COND_READY,
+    PROGRAMMED_ANNOTATION,
     REASON_ADMITTED,
     REASON_EXCLUSIVITY_CONFLICT,
+    REASON_MULTIPLE_BACKENDS,
     REASON_NO_READY_BACKEND,
     REASON_PROXY_DECLARATION_CONFLICT,
     REASON_PUBLISHED,
@@ -24,7 +26,8 @@ from operators.endpointattachment.datapath import (
     ProxiedService,
     check_exclusivity,
     could_render,
-    ready_backend_names,
+    programmed_backends,
+    programmed_token,
     reprogram_token,
     selected_pods,
     selectors_nested,
@@ -34,9 +37,11 @@ from operators.endpointattachment.datapath import (
 )
 from operators.endpointattachment.reconcile import Observed, Plan, ServiceAction, reconcile
 from operators.endpointattachment.world import World
+from shared.runtime.cache import Obj
 from tests.ea_builders import (
     make_attachment,
     make_class,
+    make_endpoints,
     make_endpointslice,
     make_helmrelease,
     make_namespace_labels,
@@ -174,13 +179,34 @@ def test_reprogram_token_is_deterministic_and_names_the_change() -> None:
     assert reprogram_token(changed) != reprogram_token(dataclasses.replace(changed, resource_version="42"))
 
 
-def test_ready_backend_names() -> None:
-    slices = [
-        make_endpointslice(backends=[("p2", "10.0.0.2", True), ("p1", "10.0.0.1", False)]),
-        make_endpointslice(name="v6", backends=[("p2", "fd00::2", True)], address_type="IPv6"),
-        make_endpointslice(name="bare", backends=[(None, "10.0.0.9", None)]),
-    ]
-    assert ready_backend_names(slices) == ("address 10.0.0.9", "pod pod-p2 (10.0.0.2)")
+@pytest.mark.parametrize(
+    ("endpoints", "expected"),
+    [
+        (None, ()),  # no Endpoints yet: nothing for cozy-proxy to program
+        (make_endpoints(backends=[]), ()),
+        (make_endpoints(backends=[("p1", "10.0.0.1", False)]), ()),  # not ready never counts
+        (
+            make_endpoints(
+                backends=[("p2", "10.0.0.2", True), ("p1", "10.0.0.1", False), ("p2", "10.0.0.3", True)]
+            ),
+            (("p2", "pod pod-p2 (10.0.0.2)"),),  # one per pod, in the API's order
+        ),
+        (
+            make_endpoints(backends=[(None, "10.0.0.9", True), ("p3", "10.0.0.3", True)]),
+            (("address:10.0.0.9", "address 10.0.0.9"), ("p3", "pod pod-p3 (10.0.0.3)")),
+        ),
+    ],
+)
+def test_programmed_backends_read_the_v1_endpoints(
+    endpoints: Obj | None, expected: tuple[tuple[str, str], ...]
+) -> None:
+    assert programmed_backends(endpoints) == expected
+
+
+def test_programmed_token_is_deterministic_per_address_and_backend() -> None:
+    assert programmed_token("192.0.2.7", "p1") == programmed_token("192.0.2.7", "p1")
+    assert programmed_token("192.0.2.7", "p1") != programmed_token("192.0.2.7", "p2")
+    assert programmed_token("192.0.2.7", "p1") != programmed_token("192.0.2.8", "p1")
 
 
 # --- the whole pass --------------------------------------------------------------------------------
@@ -214,12 +240,55 @@ def cond(plan: Plan, type_: str) -> tuple[str, str, str]:
     return found.status, found.reason, found.message
 
 
+PROGRAMMED = make_endpoints(backends=[("uid-vm", "10.244.0.10", True)])
+
+
 def test_published_names_the_pod_that_receives_the_traffic() -> None:
     plan = reconcile(vm())
-    again = reconcile(vm(service=announced(plan)))
+    again = reconcile(vm(service=announced(plan), rendered_endpoints=PROGRAMMED))
     status, reason, message = cond(again, COND_READY)
     assert (status, reason) == ("True", REASON_PUBLISHED)
     assert "pod pod-uid-vm (10.244.0.10)" in message
+
+
+def test_published_touches_the_service_once_for_cozy_proxy() -> None:
+    rendered = announced(reconcile(vm()))
+    first = reconcile(vm(service=rendered, rendered_endpoints=PROGRAMMED))
+    assert first.programmed == programmed_token(ADDRESS, "uid-vm")
+    touched = {
+        **rendered,
+        "metadata": {
+            **rendered["metadata"],
+            "annotations": {
+                **rendered["metadata"].get("annotations", {}),
+                PROGRAMMED_ANNOTATION: first.programmed,
+            },
+        },
+    }
+    again = reconcile(vm(service=touched, rendered_endpoints=PROGRAMMED))
+    assert again.programmed is None  # a second pass writes nothing
+    assert again.service_action is ServiceAction.NONE
+    moved = make_endpoints(backends=[("uid-vm-2", "10.244.0.11", True)])
+    assert reconcile(vm(service=touched, rendered_endpoints=moved)).programmed == programmed_token(
+        ADDRESS, "uid-vm-2"
+    )
+
+
+@pytest.mark.parametrize(
+    ("endpoints", "reason"),
+    [
+        (None, REASON_NO_READY_BACKEND),  # its Endpoints not written yet: slices ran ahead
+        (make_endpoints(backends=[("uid-vm", "10.244.0.10", False)]), REASON_NO_READY_BACKEND),
+        (
+            make_endpoints(backends=[("uid-vm", "10.244.0.10", True), ("uid-2", "10.244.0.11", True)]),
+            REASON_MULTIPLE_BACKENDS,
+        ),
+    ],
+)
+def test_ready_follows_the_v1_endpoints_cozy_proxy_reads(endpoints: Obj | None, reason: str) -> None:
+    plan = reconcile(vm(service=announced(reconcile(vm())), rendered_endpoints=endpoints))
+    assert cond(plan, COND_READY)[:2] == ("False", reason)
+    assert plan.programmed is None
 
 
 def test_no_ready_backend_renders_but_is_not_ready() -> None:
