@@ -287,6 +287,11 @@ def make_allocation(
     return {"apiVersion": API_VERSION, "kind": IP_ADDRESS_ALLOCATION_KIND, "metadata": metadata, "spec": spec}
 
 
+def _pod_ref(pod_uid: str, namespace: str) -> Obj:
+    """An endpoint's targetRef to the backend pod ``pod-<uid>``."""
+    return {"kind": POD_KIND, "namespace": namespace, "name": f"pod-{pod_uid}", "uid": pod_uid}
+
+
 def make_endpointslice(
     service: str = "postgres-db-rw",
     namespace: str = NAMESPACE,
@@ -302,12 +307,7 @@ def make_endpointslice(
         if ready is not None:
             endpoint["conditions"]["ready"] = ready
         if pod_uid is not None:
-            endpoint["targetRef"] = {
-                "kind": POD_KIND,
-                "namespace": namespace,
-                "name": f"pod-{pod_uid}",
-                "uid": pod_uid,
-            }
+            endpoint["targetRef"] = _pod_ref(pod_uid, namespace)
         endpoints.append(endpoint)
     slice_name = name or f"{service}-abcde"
     return {
@@ -335,12 +335,7 @@ def make_endpoints(
     for pod_uid, address, is_ready in backends:
         entry: Obj = {"ip": address}
         if pod_uid is not None:
-            entry["targetRef"] = {
-                "kind": POD_KIND,
-                "namespace": namespace,
-                "name": f"pod-{pod_uid}",
-                "uid": pod_uid,
-            }
+            entry["targetRef"] = _pod_ref(pod_uid, namespace)
         (not_ready if is_ready is False else ready).append(entry)
     subset: Obj = {"ports": [{"port": 5432, "protocol": "TCP"}]}
     if ready:
