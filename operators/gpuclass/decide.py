@@ -22,10 +22,11 @@ Choices where the design is silent:
   then depends only on the set of sizes, and the column reads small to large. A ``vmSizes`` the CRD
   would refuse (not a list of 1 to 8 distinct integers >= 1) is read as the default. With the
   permission Unknown (``Ready`` Unknown) the fits are computed, as ``freeUnits`` is.
-* The nodes' free units are counted per taint group as a histogram (free units -> nodes), built in
-  the one walk over the advertising nodes a pass already makes; a class then pays
-  O(distinct free values x sizes) per tolerated group, once per distinct size list (memoized per
-  group), never O(nodes).
+* Fits are counted per taint group: the one walk over the advertising nodes a pass already makes
+  keeps each node's free units in a list; a class that can serve then pays, per size and tolerated
+  group with a unit free, O(distinct free values) once per pass (a histogram of the list, made the
+  first time any class asks, and each size's count memoized per group: the classes of a resource
+  share most sizes), never a rescan of pods; a class that cannot serve pays nothing for its fits.
 * Terminating classes (``deletionTimestamp`` set) and classes without a ``resourceName`` (the CRD
   rejects those) get no decision at all: no status write, no metric series.
 * A missing or unparsable ``creationTimestamp`` sorts as newest (it never steals a name).
@@ -46,10 +47,12 @@ count of VMs per size, never a per-node figure.)
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any, Final
+from typing import Any, Final, NamedTuple
 
 from operators.gpuclass import reasons
 from operators.gpuclass.inventory import Inventory
@@ -74,9 +77,9 @@ DEFAULT_VM_SIZES: Final[tuple[int, ...]] = (1, 2, 4, 8)
 MAX_VM_SIZES: Final = 8
 
 
-@dataclass(frozen=True)
-class Fit:
-    """How many VMs of ``units`` units each could start now on the class's eligible nodes."""
+class Fit(NamedTuple):
+    """How many VMs of ``units`` units each could start now on the class's eligible nodes (a tuple:
+    a pass makes one per size per class, and a frozen dataclass costs several times more to make)."""
 
     units: int
     vms: int
@@ -269,19 +272,24 @@ class _NodeGroup:
     free: int = 0
     max_free: int = 0
     any_allocatable: bool = False  # some node has alloc >= 1
-    # free units -> how many of the group's nodes have exactly that many free (0 left out)
-    free_per_node: dict[int, int] = field(default_factory=dict)
-    # sizes -> VMs of each size the group's nodes fit: classes of one resource share most size lists
-    _fits: dict[tuple[int, ...], tuple[int, ...]] = field(default_factory=dict)
+    # the free units of each node with some free (appended in the walk: cheaper than counting there)
+    frees: list[int] = field(default_factory=list)
+    # free units -> how many nodes have that many, made from ``frees`` when a class first needs it
+    _histogram: Counter[int] | None = None
+    # size -> VMs of that size the group's nodes fit: the classes of one resource share most sizes
+    _vms: dict[int, int] = field(default_factory=dict)
 
-    def fits(self, sizes: tuple[int, ...]) -> tuple[int, ...]:
-        """For each size, the VMs of that size the group's nodes fit: sum of ``free // size``."""
-        known = self._fits.get(sizes)
+    def vms(self, size: int) -> int:
+        """The VMs of ``size`` units the group's nodes fit, each on one node: sum of ``free // size``."""
+        known = self._vms.get(size)
         if known is None:
-            histogram = self.free_per_node.items()
-            known = self._fits[sizes] = tuple(
-                sum((free // size) * count for free, count in histogram) for size in sizes
-            )
+            if size > self.max_free:
+                known = 0
+            else:
+                if self._histogram is None:
+                    self._histogram = Counter(self.frees)
+                known = sum(free // size * count for free, count in self._histogram.items())
+            self._vms[size] = known
         return known
 
 
@@ -317,7 +325,7 @@ def _summarize(inventory: Inventory, resource: str) -> _ResourceSummary:
             group.nodes += 1
             if free:
                 group.free += free
-                group.free_per_node[free] = group.free_per_node.get(free, 0) + 1
+                group.frees.append(free)
                 if free > group.max_free:
                     group.max_free = free
             if alloc >= 1:
@@ -337,8 +345,7 @@ def _decide_class(
 ) -> ClassDecision:
     eligible = untolerated = free = max_free = 0
     serves = False
-    sizes = cls.sizes
-    vms = [0] * len(sizes)
+    offering: list[_NodeGroup] = []  # the eligible groups with some unit free
     for taints, group in summary.groups.items():
         if tolerates_all(taints, cls.tolerations):
             eligible += group.nodes
@@ -346,8 +353,7 @@ def _decide_class(
             max_free = max(max_free, group.max_free)
             serves = serves or group.any_allocatable
             if group.free:
-                for index, count in enumerate(group.fits(sizes)):
-                    vms[index] += count
+                offering.append(group)
         else:
             untolerated += group.nodes
 
@@ -356,9 +362,10 @@ def _decide_class(
     ready = _ready_condition(cls.resource, owner, conflict, permitted, serves)
     if conflict.status == TRUE:
         free = max_free = 0
-    if ready.status == FALSE:  # cannot serve: no VM of any size starts, whatever is free
-        vms = [0] * len(sizes)
-    fits = tuple(Fit(size, count) for size, count in zip(sizes, vms, strict=True))
+    if ready.status == FALSE or not offering:  # cannot serve (no VM starts, whatever is free) or full
+        fits = _no_fits(cls.sizes)
+    else:
+        fits = tuple(Fit(size, sum(group.vms(size) for group in offering)) for size in cls.sizes)
     status = ClassStatus(free, max_free, (conflict, permitted, ready), fits)
     figures = ClassFigures(
         resource=cls.resource,
@@ -373,6 +380,12 @@ def _decide_class(
         },
     )
     return ClassDecision(cls.name, cls.generation, status, figures)
+
+
+@functools.lru_cache(maxsize=256)  # bounded: size lists come from specs a hoster edits
+def _no_fits(sizes: tuple[int, ...]) -> tuple[Fit, ...]:
+    """0 VMs of every size (the same few lists on every pass: made once)."""
+    return tuple(Fit(size, 0) for size in sizes)
 
 
 def _conflict_condition(cls: _ClassView, owner: str) -> Condition:
