@@ -179,7 +179,10 @@ def make_class(
     deleting: bool = False,
     generation: int = 1,
     status: Mapping[str, Any] | None = None,
+    vm_sizes: Any = None,
 ) -> dict[str, Any]:
+    """A GPUClass; ``vm_sizes`` (any value, to feed what the CRD refuses too) is ``spec.vmSizes``,
+    absent when None."""
     metadata: dict[str, Any] = {
         "name": name,
         "uid": _uid("gpuclass", name),
@@ -194,6 +197,8 @@ def make_class(
     spec: dict[str, Any] = {"resourceName": resource}
     if tolerations:
         spec["tolerations"] = [dict(t) for t in tolerations]
+    if vm_sizes is not None:
+        spec["vmSizes"] = vm_sizes
     out: dict[str, Any] = {
         "apiVersion": "gpu.cozystack.io/v1alpha1",
         "kind": "GPUClass",
@@ -366,6 +371,7 @@ def gpu_classes(draw: st.DrawFn, name: str) -> dict[str, Any]:
         tolerations=draw(st.lists(st.sampled_from(_TOLERATIONS), max_size=2)),
         created=draw(st.sampled_from([DAY1, DAY2, None])),
         deleting=draw(st.booleans()),
+        vm_sizes=draw(st.none() | st.lists(st.integers(1, 9), min_size=1, max_size=8, unique=True)),
     )
 
 

@@ -1,7 +1,8 @@
 """The GPUClass benchmark: ``python -m bench gpuclass`` (or ``python -m bench.gpuclass``).
 
 Three scenarios, one table. *pure*: the pure core in process on 5,000 nodes and 150,000 pods (a full
-pass, one pod event, the aggregates' memory) against a naive recomputation and ``json.loads``.
+pass, with the default and with eight VM sizes per class; one pod event; the aggregates' memory)
+against a naive recomputation and ``json.loads``.
 *live*: the operator as a subprocess on the local control plane under GPU pod churn (convergence
 after the last change, status writes while nothing changes). *coldstart*: the operator's start on a
 control plane holding 5,000 Nodes and 50,000 Pods, against a plain LIST of them. Targets live here,

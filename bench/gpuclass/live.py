@@ -207,7 +207,7 @@ async def _run(
             f"{times(converge_seconds / observed.seconds)}",
         ),
         Row(
-            "  status then equals the pure core's (+ maxFreeUnitsPerNode, conditions)",
+            "  status then equals the pure core's (+ maxFreeUnitsPerNode, fits, conditions)",
             "yes" if status_ok else "no",
             "yes",
             status_ok,

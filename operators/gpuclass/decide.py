@@ -9,10 +9,24 @@ Decides, per live class C with resource R (the rules of the design, in one place
 * free units: ``free(N) = max(0, alloc(N) - req(N))`` summed (and maxed) over the nodes eligible for
   C that advertise R. ``Ready`` is True when there is no conflict, R is permitted and an eligible
   node advertises ``alloc >= 1`` (the units may all be taken: that is what ``freeUnits`` says).
+* fits: for each VM size ``u`` of ``spec.vmSizes`` (default ``DEFAULT_VM_SIZES``), how many VMs of
+  ``u`` units could start now, ``sum over the same eligible nodes of free(N) // u`` (a VM's units
+  come from one node); every size fits 0 VMs when ``Ready`` is False (the class cannot serve:
+  conflict, not permitted, KubeVirt not installed, no eligible node). ``fitsSummary`` is the same
+  figures as one string (``1:12 2:5 4:2 8:0``) for the printer column, which cannot format a list.
 * ``transition_events``: the Events to emit, from the stored status and the new one.
 
 Choices where the design is silent:
 
+* ``fits`` lists the sizes in ascending order, whatever the order of ``spec.vmSizes``: the status
+  then depends only on the set of sizes, and the column reads small to large. A ``vmSizes`` the CRD
+  would refuse (not a list of 1 to 8 distinct integers >= 1) is read as the default. With the
+  permission Unknown (``Ready`` Unknown) the fits are computed, as ``freeUnits`` is.
+* Fits are counted per taint group: the one walk over the advertising nodes a pass already makes
+  keeps each node's free units in a list; a class that can serve then pays, per size and tolerated
+  group with a unit free, O(distinct free values) once per pass (a histogram of the list, made the
+  first time any class asks, and each size's count memoized per group: the classes of a resource
+  share most sizes), never a rescan of pods; a class that cannot serve pays nothing for its fits.
 * Terminating classes (``deletionTimestamp`` set) and classes without a ``resourceName`` (the CRD
   rejects those) get no decision at all: no status write, no metric series.
 * A missing or unparsable ``creationTimestamp`` sorts as newest (it never steals a name).
@@ -27,15 +41,18 @@ Choices where the design is silent:
   stored ``freeUnits`` to compare with, and ``Exhausted`` is not sent when the conflict explains it.
 
 Does not: write anything, read a clock, or put inventory (node names, per-node counts, totals) into
-status: status is readable by every authenticated user; figures go to metrics only.
+status: status is readable by every authenticated user; figures go to metrics only. (``fits`` is a
+count of VMs per size, never a per-node figure.)
 """
 
 from __future__ import annotations
 
+import functools
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, Final, NamedTuple
 
 from operators.gpuclass import reasons
 from operators.gpuclass.inventory import Inventory
@@ -53,6 +70,19 @@ from shared.conditions import FALSE, TRUE, UNKNOWN, Condition, find
 
 # Classes without a usable creationTimestamp sort after every real one.
 _NEWEST: datetime = datetime.max.replace(tzinfo=UTC)
+# The VM sizes (in units) a class reports fits for when spec.vmSizes is absent: the CRD's default too
+# (a unit test holds them equal). Tenants start VMs with 1, 2, 4 or 8 GPUs.
+DEFAULT_VM_SIZES: Final[tuple[int, ...]] = (1, 2, 4, 8)
+# At most this many sizes a class (the CRD's maxItems): the printer column stays one short line.
+MAX_VM_SIZES: Final = 8
+
+
+class Fit(NamedTuple):
+    """How many VMs of ``units`` units each could start now on the class's eligible nodes (a tuple:
+    a pass makes one per size per class, and a frozen dataclass costs several times more to make)."""
+
+    units: int
+    vms: int
 
 
 @dataclass(frozen=True)
@@ -62,10 +92,16 @@ class ClassStatus:
     free_units: int
     max_free_units_per_node: int
     conditions: tuple[Condition, ...]
+    fits: tuple[Fit, ...] = ()  # ascending units
 
     def fields(self) -> dict[str, Any]:
         """The status fields beside ``conditions``, keyed as stored."""
-        return {"freeUnits": self.free_units, "maxFreeUnitsPerNode": self.max_free_units_per_node}
+        return {
+            "freeUnits": self.free_units,
+            "maxFreeUnitsPerNode": self.max_free_units_per_node,
+            "fits": [{"units": fit.units, "vms": fit.vms} for fit in self.fits],
+            "fitsSummary": fits_summary(self.fits),
+        }
 
     def condition(self, type_: str) -> Condition:
         return next(c for c in self.conditions if c.type == type_)
@@ -113,6 +149,22 @@ def decide(
             summary = summaries[cls.resource] = _summarize(inventory, cls.resource)
         decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, kubevirt, devices)
     return decisions
+
+
+def fits_summary(fits: Iterable[Fit]) -> str:
+    """The printer column's text: ``units:vms`` per size, space-separated (``1:12 2:5 4:2 8:0``)."""
+    return " ".join(f"{fit.units}:{fit.vms}" for fit in fits)
+
+
+def vm_sizes(value: object) -> tuple[int, ...]:
+    """``spec.vmSizes`` as the ascending sizes a pass reports; the default when absent or when it is
+    anything the CRD would refuse (not 1 to ``MAX_VM_SIZES`` distinct integers >= 1)."""
+    if not isinstance(value, list) or not 1 <= len(value) <= MAX_VM_SIZES:
+        return DEFAULT_VM_SIZES
+    if not all(isinstance(size, int) and not isinstance(size, bool) and size >= 1 for size in value):
+        return DEFAULT_VM_SIZES
+    sizes = tuple(sorted(set(value)))
+    return sizes if len(sizes) == len(value) else DEFAULT_VM_SIZES
 
 
 def owners(classes: Iterable[Mapping[str, Any]]) -> dict[str, str]:
@@ -169,6 +221,7 @@ class _ClassView:
     tolerations: tuple[Toleration, ...]
     created: datetime
     generation: int
+    sizes: tuple[int, ...] = DEFAULT_VM_SIZES  # ascending
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> _ClassView | None:
@@ -185,6 +238,7 @@ class _ClassView:
             tolerations=parse_tolerations(spec.get("tolerations")),
             created=_timestamp(metadata.get("creationTimestamp")),
             generation=generation if isinstance(generation, int) else 0,
+            sizes=vm_sizes(spec.get("vmSizes")),
         )
 
 
@@ -218,6 +272,25 @@ class _NodeGroup:
     free: int = 0
     max_free: int = 0
     any_allocatable: bool = False  # some node has alloc >= 1
+    # the free units of each node with some free (appended in the walk: cheaper than counting there)
+    frees: list[int] = field(default_factory=list)
+    # free units -> how many nodes have that many, made from ``frees`` when a class first needs it
+    _histogram: Counter[int] | None = None
+    # size -> VMs of that size the group's nodes fit: the classes of one resource share most sizes
+    _vms: dict[int, int] = field(default_factory=dict)
+
+    def vms(self, size: int) -> int:
+        """The VMs of ``size`` units the group's nodes fit, each on one node: sum of ``free // size``."""
+        known = self._vms.get(size)
+        if known is None:
+            if size > self.max_free:
+                known = 0
+            else:
+                if self._histogram is None:
+                    self._histogram = Counter(self.frees)
+                known = sum(free // size * count for free, count in self._histogram.items())
+            self._vms[size] = known
+        return known
 
 
 @dataclass
@@ -250,9 +323,11 @@ def _summarize(inventory: Inventory, resource: str) -> _ResourceSummary:
                 group = summary.groups[node.taints] = _NodeGroup()
             free = alloc - requested if alloc > requested else 0  # clamp per node
             group.nodes += 1
-            group.free += free
-            if free > group.max_free:
-                group.max_free = free
+            if free:
+                group.free += free
+                group.frees.append(free)
+                if free > group.max_free:
+                    group.max_free = free
             if alloc >= 1:
                 group.any_allocatable = True
     return summary
@@ -270,12 +345,15 @@ def _decide_class(
 ) -> ClassDecision:
     eligible = untolerated = free = max_free = 0
     serves = False
+    offering: list[_NodeGroup] = []  # the eligible groups with some unit free
     for taints, group in summary.groups.items():
         if tolerates_all(taints, cls.tolerations):
             eligible += group.nodes
             free += group.free
             max_free = max(max_free, group.max_free)
             serves = serves or group.any_allocatable
+            if group.free:
+                offering.append(group)
         else:
             untolerated += group.nodes
 
@@ -284,7 +362,11 @@ def _decide_class(
     ready = _ready_condition(cls.resource, owner, conflict, permitted, serves)
     if conflict.status == TRUE:
         free = max_free = 0
-    status = ClassStatus(free, max_free, (conflict, permitted, ready))
+    if ready.status == FALSE or not offering:  # cannot serve (no VM starts, whatever is free) or full
+        fits = _no_fits(cls.sizes)
+    else:
+        fits = tuple(Fit(size, sum(group.vms(size) for group in offering)) for size in cls.sizes)
+    status = ClassStatus(free, max_free, (conflict, permitted, ready), fits)
     figures = ClassFigures(
         resource=cls.resource,
         allocatable=summary.allocatable if owner == cls.name else None,
@@ -298,6 +380,12 @@ def _decide_class(
         },
     )
     return ClassDecision(cls.name, cls.generation, status, figures)
+
+
+@functools.lru_cache(maxsize=256)  # bounded: size lists come from specs a hoster edits
+def _no_fits(sizes: tuple[int, ...]) -> tuple[Fit, ...]:
+    """0 VMs of every size (the same few lists on every pass: made once)."""
+    return tuple(Fit(size, 0) for size in sizes)
 
 
 def _conflict_condition(cls: _ClassView, owner: str) -> Condition:

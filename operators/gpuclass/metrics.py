@@ -3,7 +3,8 @@
 Decides: the domain metrics' names (one prefix, ``cozystack_gpuclass_``), types and labels. The
 per-class series are produced at scrape time from the last pass's decisions (a custom collector), so
 a deleted class's series disappear with the pass that no longer sees it, and a scrape never observes
-half a pass. No node names or UIDs are label values.
+half a pass. No node names or UIDs are label values; ``units`` (a VM size of the class) is bounded
+by the eight sizes a class may list.
 
 Does not: serve HTTP (the operator starts the server on its own registry and port), compute any
 figure (``decide`` does), or count reconciles, queue depth or leadership: those are
@@ -59,6 +60,11 @@ class ClassCollector(Collector):
         nodes = GaugeMetricFamily(
             f"{PREFIX}_nodes", "Nodes advertising the class's resource, by state.", labels=[*labels, "state"]
         )
+        fits = GaugeMetricFamily(
+            f"{PREFIX}_fits",
+            "VMs of the size in label units that could start now, one node per VM (status.fits).",
+            labels=[*labels, "units"],
+        )
         conditions = GaugeMetricFamily(
             f"{PREFIX}_status_condition",
             "1 for the class's current condition status and reason, 0 for the other statuses.",
@@ -73,13 +79,15 @@ class ClassCollector(Collector):
             free.add_metric(key, figures.free)
             for state in NodeVerdict:
                 nodes.add_metric([*key, state.value], figures.nodes.get(state, 0))
+            for fit in decision.status.fits:
+                fits.add_metric([*key, str(fit.units)], fit.vms)
             for condition in decision.status.conditions:
                 for status in (TRUE, FALSE, UNKNOWN):
                     conditions.add_metric(
                         [name, condition.type, status, condition.reason],
                         1.0 if status == condition.status else 0.0,
                     )
-        yield from (allocatable, requested, free, nodes, conditions)
+        yield from (allocatable, requested, free, nodes, fits, conditions)
 
 
 class Metrics:

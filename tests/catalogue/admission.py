@@ -97,6 +97,9 @@ TOLERATION_EFFECT: Final = "a toleration's effect must be empty (every effect)"
 TOLERATION_EXISTS: Final = "a toleration with operator Exists must not have a value"
 TOLERATION_EMPTY_KEY: Final = "a toleration with an empty key must use operator Exists"
 TOLERATION_SECONDS: Final = "tolerationSeconds only applies with effect NoExecute"
+VM_SIZE_MIN: Final = "each of vmSizes must be at least 1"
+VM_SIZES_EMPTY: Final = "vmSizes needs at least one size"
+VM_SIZES_TWICE: Final = "vmSizes must not list a size twice"
 
 # 198.51.100.5 in Arabic-Indic digits: digits to a person, not to an address parser.
 ARABIC_ADDRESS: Final = "\u0661\u0669\u0668.\u0665\u0661.\u0661\u0660\u0660.\u0665"
@@ -633,6 +636,21 @@ field(
         ),
         ("33-items", [{"key": f"k{i}", "operator": "Exists"} for i in range(33)], TOO_MANY),
         ("object-not-list", {"key": "k", "operator": "Exists"}, ARRAY),
+    ],
+)
+field(
+    "gpu-vm-sizes",
+    GPU,
+    "spec.vmSizes",
+    [
+        ("zero", [0], VM_SIZE_MIN),
+        ("negative", [1, -2], VM_SIZE_MIN),
+        ("empty", [], VM_SIZES_EMPTY),
+        ("duplicate", [2, 4, 2], VM_SIZES_TWICE),
+        ("9-items", list(range(1, 10)), TOO_MANY),
+        ("string-item", ["2"], INTEGER),
+        ("fraction", [1.5], INTEGER),
+        ("integer-not-list", 4, ARRAY),
     ],
 )
 field(

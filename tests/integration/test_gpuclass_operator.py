@@ -4,7 +4,8 @@ its leader-election Lease in its own namespace), against real Nodes, Pods, the r
 CR (tests/fixtures), and the GPUClass CRD from config/crd/gpuclass.
 
 The tests play the kubelet: Nodes get their Ready condition and allocatable through the status
-subresource, Pods their phase.
+subresource, Pods their phase. What ``kubectl get gpuclasses`` prints is read as kubectl reads it: the
+API server's Table rendering of the CRD's printer columns.
 """
 
 from __future__ import annotations
@@ -43,6 +44,17 @@ RECHECK_SECONDS = 2.0
 LEASE = "cozystack-gpuclass-operator"  # the leader-election Lease, in OPERATOR_NAMESPACE
 RBAC_DIR = "config/rbac/gpuclass"
 NAMESPACED_RBAC_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding"})
+# What kubectl asks for: the server renders the printer columns into a meta.k8s.io Table.
+TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
+# The fit column of the reference table: the default sizes, 0 for every class that cannot serve.
+NO_FITS = "1:0 2:0 4:0 8:0"
+REFERENCE_FITS = {
+    "h200": "1:4 2:2 4:0 8:0",  # n1 and n5, 2 free each
+    "h200-premium": NO_FITS,  # conflict
+    "l40s": "1:1 2:0 4:0 8:0",
+    "a10-24q": NO_FITS,  # not permitted
+    "rtx4090": NO_FITS,  # not permitted
+}
 
 # The design's reference table: class -> (freeUnits, maxFreeUnitsPerNode, {type: (status, reason)}).
 OWNED, IN_USE = ("False", "ResourceNameOwned"), ("True", "ResourceNameInUse")
@@ -291,6 +303,8 @@ async def test_reference_fixture_gives_the_design_table(
     # The status is world-readable: it never names a node, anywhere.
     for obj in current.values():
         assert NODE_PREFIX not in json.dumps(obj["status"])
+    assert {name: obj["status"]["fitsSummary"] for name, obj in current.items()} == REFERENCE_FITS
+    assert current["h200"]["spec"]["vmSizes"] == [1, 2, 4, 8]  # the CRD's default, filled in on create
 
     # A pass with nothing changed writes nothing.
     versions = {name: obj["metadata"]["resourceVersion"] for name, obj in current.items()}
@@ -333,6 +347,72 @@ async def test_reference_fixture_gives_the_design_table(
     await wait_for_table(kube, handed_over, operator)
     samples = await operator.scrape()
     assert not [key for key in samples if ("gpuclass", "h200") in key[1]], "a deleted class's series remain"
+
+
+async def printed_columns(kube: Kube, name: str) -> dict[str, Any]:
+    """The class's row as ``kubectl get gpuclass NAME`` prints it: column name -> cell."""
+    base, _, rest = GPUCLASSES.path(name=name).lstrip("/").partition("/")
+    async with kube.api.call_api(
+        "GET", version="", base=f"/{base}", url=rest, headers={"Accept": TABLE}
+    ) as answer:
+        table = answer.json()
+    assert table["kind"] == "Table", table
+    (row,) = table["rows"]
+    return {
+        column["name"]: cell for column, cell in zip(table["columnDefinitions"], row["cells"], strict=True)
+    }
+
+
+async def test_fits_count_vms_per_size_and_kubectl_shows_them(
+    kube: Kube, world: GPUWorld, operator: RunningOperator
+) -> None:
+    """The issue's example: two eligible nodes with 3 and 5 free units, sizes [1, 2, 4] give 8, 3, 1;
+    a cordoned node and a full one add nothing."""
+    await install_kubevirt(kube)
+    await world.node(make_node("fit-a", allocatable={H200: "4"}))
+    await world.pod(gpu_pod("fit-a-vm", H200, 1, node="fit-a"))  # 3 free
+    await world.node(make_node("fit-b", allocatable={H200: "8"}))
+    await world.pod(gpu_pod("fit-b-vm", H200, 3, node="fit-b"))  # 5 free
+    await world.node(make_node("fit-cordoned", unschedulable=True, allocatable={H200: "8"}))
+    await world.node(make_node("fit-full", allocatable={H200: "2"}))
+    await world.pod(gpu_pod("fit-full-vm", H200, 2, node="fit-full"))
+    await world.gpu_class(make_class("fits", H200, vm_sizes=[4, 1, 2]))  # any order: listed ascending
+
+    async def fits_are(summary: str) -> Obj | None:
+        obj = await kube.get(GPUCLASSES.path(name="fits"))
+        return obj if obj is not None and (obj.get("status") or {}).get("fitsSummary") == summary else None
+
+    try:
+        current = await eventually(lambda: fits_are("1:8 2:3 4:1"), timeout=45, what="fits 1:8 2:3 4:1")
+    except AssertionError as error:
+        raise AssertionError(f"{error}\noperator log:\n{operator.log_tail()}") from None
+    status = current["status"]
+    assert status["fits"] == [{"units": 1, "vms": 8}, {"units": 2, "vms": 3}, {"units": 4, "vms": 1}]
+    assert (status["freeUnits"], status["maxFreeUnitsPerNode"]) == (8, 5)
+    assert NODE_PREFIX not in json.dumps(status)
+
+    columns = await printed_columns(kube, "fits")
+    assert columns["Fits"] == "1:8 2:3 4:1"
+    assert (columns["Name"], columns["Free"], columns["Ready"]) == ("fits", 8, "True")
+
+    # Per size for the hoster's dashboards.
+    samples = await operator.scrape()
+    for units, vms in (("1", 8), ("2", 3), ("4", 1)):
+        labels = (("gpuclass", "fits"), ("resource", H200), ("units", units))
+        assert samples[("cozystack_gpuclass_fits", labels)] == vms
+
+    # Two more passes with nothing changed write nothing.
+    version = current["metadata"]["resourceVersion"]
+    await wait_for_another_pass(operator)
+    await wait_for_another_pass(operator)
+    after = await kube.get(GPUCLASSES.path(name="fits"))
+    assert after is not None
+    assert after["metadata"]["resourceVersion"] == version
+
+    # New sizes are a new spec: the next pass counts them.
+    await kube.patch(GPUCLASSES.path(name="fits"), {"spec": {"vmSizes": [2, 6]}}, "merge")
+    await eventually(lambda: fits_are("2:3 6:0"), timeout=30, what="fits 2:3 6:0")
+    assert (await printed_columns(kube, "fits"))["Fits"] == "2:3 6:0"
 
 
 async def test_kubevirt_absent_then_installed(kube: Kube, world: GPUWorld, operator: RunningOperator) -> None:

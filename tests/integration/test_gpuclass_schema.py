@@ -54,6 +54,10 @@ def gpu_class(name: str, **spec: Any) -> Obj:
             {"resourceName": "nvidia.com/X", "tolerations": [{"operator": "Equal", "value": "v"}]},
             "empty key must use operator Exists",
         ),
+        ({"resourceName": "nvidia.com/X", "vmSizes": [0, 1]}, "each of vmSizes must be at least 1"),
+        ({"resourceName": "nvidia.com/X", "vmSizes": [2, 2]}, "vmSizes must not list a size twice"),
+        ({"resourceName": "nvidia.com/X", "vmSizes": []}, "vmSizes needs at least one size"),
+        ({"resourceName": "nvidia.com/X", "vmSizes": list(range(1, 10))}, "must have at most 8 items"),
     ],
 )
 async def test_the_schema_refuses(kube: Kube, gpuclass_crd: None, spec: dict[str, Any], message: str) -> None:
@@ -71,6 +75,23 @@ async def test_the_schema_refuses(kube: Kube, gpuclass_crd: None, spec: dict[str
 async def test_the_schema_accepts_device_plugin_names(kube: Kube, gpuclass_crd: None, resource: str) -> None:
     created = await kube.create(GPUCLASSES.path(), gpu_class("accepted", resourceName=resource))
     await kube.delete(GPUCLASSES.path(name=created["metadata"]["name"]))
+
+
+@pytest.mark.parametrize(
+    ("sizes", "stored"),
+    [(None, [1, 2, 4, 8]), ([16, 1, 3], [16, 1, 3]), (list(range(1, 9)), list(range(1, 9)))],
+)
+async def test_vm_sizes_default_and_keep_their_order(
+    kube: Kube, gpuclass_crd: None, sizes: list[int] | None, stored: list[int]
+) -> None:
+    spec: dict[str, Any] = {"resourceName": "nvidia.com/X"}
+    if sizes is not None:
+        spec["vmSizes"] = sizes
+    created = await kube.create(GPUCLASSES.path(), gpu_class("sizes", **spec))
+    try:
+        assert created["spec"]["vmSizes"] == stored
+    finally:
+        await kube.delete(GPUCLASSES.path(name="sizes"))
 
 
 async def test_resource_name_is_immutable(kube: Kube, gpuclass_crd: None) -> None:

@@ -560,6 +560,8 @@ async def test_no_node_names_or_per_node_inventory_through_gpu_classes_or_metric
                         "observedGeneration",
                         "freeUnits",
                         "maxFreeUnitsPerNode",
+                        "fits",  # VMs per size: counts, never a node or a per-node figure
+                        "fitsSummary",
                         "conditions",
                     }, status
                 for forbidden in (

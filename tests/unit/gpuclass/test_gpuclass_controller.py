@@ -364,6 +364,20 @@ async def test_a_pass_writes_each_differing_status_once_and_a_quiet_pass_writes_
     ]
     assert {e["metadata"]["namespace"] for e in world.api.events} == {SETTINGS.events_namespace}
     assert world.sample("cozystack_gpuclass_free", gpuclass="h200", resource=H200) == 4
+    fits = {
+        units: world.sample("cozystack_gpuclass_fits", gpuclass="h200", resource=H200, units=units)
+        for units in ("1", "2", "4", "8")
+    }
+    assert fits == {"1": 4, "2": 2, "4": 0, "8": 0}
+    stored = world.classes.get(("", "h200"))
+    assert stored is not None
+    assert stored["status"]["fits"] == [
+        {"units": 1, "vms": 4},
+        {"units": 2, "vms": 2},
+        {"units": 4, "vms": 0},
+        {"units": 8, "vms": 0},
+    ]
+    assert stored["status"]["fitsSummary"] == "1:4 2:2 4:0 8:0"
 
     world.api.patches.clear()
     world.api.events.clear()

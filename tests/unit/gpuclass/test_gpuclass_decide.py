@@ -11,12 +11,25 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.gpuclass import reasons
-from operators.gpuclass.decide import ClassDecision, ClassStatus, Event, decide, owners, transition_events
+from operators.gpuclass.decide import (
+    DEFAULT_VM_SIZES,
+    MAX_VM_SIZES,
+    ClassDecision,
+    ClassStatus,
+    Event,
+    Fit,
+    decide,
+    fits_summary,
+    owners,
+    transition_events,
+    vm_sizes,
+)
 from operators.gpuclass.inventory import Inventory, pod_key
 from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled, Unreadable
 from operators.gpuclass.scheduling import NodeVerdict, parse_tolerations, verdict
 from shared.conditions import FALSE, TRUE, UNKNOWN, Condition
 from tests.gpuclass_builders import (
+    A10_24Q,
     DAY1,
     DAY2,
     GPU_TOLERATION,
@@ -35,6 +48,7 @@ from tests.gpuclass_builders import (
     reference_pods,
     taint,
 )
+from tests.support.manifests import load
 
 PERMITS_ALL = Found(make_kubevirt_cr(unrestricted=True))
 
@@ -165,7 +179,8 @@ def test_reference_figures() -> None:
 
 def test_status_never_carries_inventory() -> None:
     for decision in _reference().values():
-        assert set(decision.status.fields()) == {"freeUnits", "maxFreeUnitsPerNode"}
+        assert set(decision.status.fields()) == {"freeUnits", "maxFreeUnitsPerNode", "fits", "fitsSummary"}
+        assert all(set(fit) == {"units", "vms"} for fit in decision.status.fields()["fits"])
         for condition in decision.status.conditions:
             assert not any(node in condition.message for node in ("n1", "n2", "n5", "n6"))
 
@@ -284,6 +299,172 @@ def test_tolerations_select_nodes_per_class() -> None:
     assert (plain_h.status.free_units, plain_h.figures.nodes[NodeVerdict.UNTOLERATED_TAINT]) == (0, 1)
 
 
+# --- fits: how many VMs of each size could start now --------------------------------------------
+
+GPU_TAINT = taint("nvidia.com/gpu", "NoSchedule", "present")
+
+
+def _free_node(name: str, free: int, *, alloc: int | None = None, **node: Any) -> list[dict[str, Any]]:
+    """A node advertising H200 with ``free`` units free: allocatable ``alloc`` (default ``free``,
+    or 8 when ``free`` is 0), the rest held by one running pod. Node first, then its pod."""
+    total = alloc if alloc is not None else (free or 8)
+    objects = [make_node(name, allocatable={H200: str(total)}, **node)]
+    if total > free:
+        objects.append(gpu_pod(f"{name}-vm", H200, total - free, node=name))
+    return objects
+
+
+def _fits(
+    world: Sequence[dict[str, Any]],
+    sizes: Any = None,
+    *,
+    tolerations: Sequence[dict[str, Any]] = (),
+    kubevirt: KubeVirtView = PERMITS_ALL,
+    classes: Sequence[dict[str, Any]] = (),
+) -> dict[int, int]:
+    inventory = _inventory(
+        [o for o in world if o["kind"] == "Node"], [o for o in world if o["kind"] == "Pod"]
+    )
+    cls = make_class("c", H200, tolerations=tolerations, vm_sizes=sizes, created=DAY2)
+    status = decide([cls, *classes], inventory, kubevirt)["c"].status
+    return {fit.units: fit.vms for fit in status.fits}
+
+
+@pytest.mark.parametrize(
+    ("world", "sizes", "expected"),
+    [
+        # the issue's example: 3 and 5 free, sizes [1, 2, 4]
+        ([*_free_node("a", 3), *_free_node("b", 5)], [1, 2, 4], {1: 8, 2: 3, 4: 1}),
+        # the default sizes when vmSizes is absent
+        ([*_free_node("a", 3), *_free_node("b", 5)], None, {1: 8, 2: 3, 4: 1, 8: 0}),
+        # a size larger than any node fits nothing, however many units are free in total
+        ([*_free_node("a", 6), *_free_node("b", 6)], [7, 12], {7: 0, 12: 0}),
+        # 6 free as 1+1+1+3 fit one VM of 2, not three
+        ([*(n for i in range(3) for n in _free_node(f"n{i}", 1)), *_free_node("d", 3)], [2], {2: 1}),
+        # nodes with every unit taken, or nothing allocatable, add nothing
+        ([*_free_node("a", 0), *_free_node("b", 0, alloc=0), *_free_node("c", 4)], [1, 4], {1: 4, 4: 1}),
+        # over-requested (a pod asks for more than the node has): clamped at 0, never negative
+        (
+            [make_node("a", allocatable={H200: "1"}), gpu_pod("p", H200, 4, node="a"), *_free_node("b", 2)],
+            [1, 2],
+            {1: 2, 2: 1},
+        ),
+        # cordoned and not-ready nodes are not eligible
+        (
+            [
+                *_free_node("cordoned", 8, unschedulable=True),
+                *_free_node("down", 8, ready="False"),
+                *_free_node("up", 2),
+            ],
+            [1, 2, 8],
+            {1: 2, 2: 1, 8: 0},
+        ),
+        # an untolerated taint excludes its nodes; PreferNoSchedule never does
+        (
+            [
+                *_free_node("tainted", 8, taints=[GPU_TAINT]),
+                *_free_node("soft", 4, taints=[taint("gpu-maintenance", "PreferNoSchedule")]),
+            ],
+            [4, 8],
+            {4: 1, 8: 0},
+        ),
+        # the order of vmSizes does not matter: fits are ascending
+        ([*_free_node("a", 8)], [8, 1, 3], {1: 8, 3: 2, 8: 1}),
+        # no node at all
+        ([], [1, 2], {1: 0, 2: 0}),
+    ],
+)
+def test_fits_count_whole_vms_per_node(
+    world: list[dict[str, Any]], sizes: list[int] | None, expected: dict[int, int]
+) -> None:
+    assert _fits(world, sizes) == expected
+
+
+def test_fits_follow_the_class_tolerations() -> None:
+    world = [*_free_node("tainted", 8, taints=[GPU_TAINT]), *_free_node("plain", 2)]
+    assert _fits(world, [2, 8]) == {2: 1, 8: 0}
+    assert _fits(world, [2, 8], tolerations=[GPU_TOLERATION]) == {2: 5, 8: 1}
+
+
+@pytest.mark.parametrize(
+    ("kubevirt", "older"),
+    [
+        (PERMITS_ALL, [make_class("older", H200, created=DAY1)]),  # ResourceNameConflict
+        (Found(make_kubevirt_cr(pci=[L40S])), []),  # NotPermitted
+        (NotInstalled(), []),  # KubeVirtNotInstalled
+    ],
+    ids=["conflict", "not-permitted", "kubevirt-not-installed"],
+)
+def test_a_class_that_cannot_serve_fits_no_vm(kubevirt: KubeVirtView, older: list[dict[str, Any]]) -> None:
+    assert _fits(_free_node("a", 8), [1, 8], kubevirt=kubevirt, classes=older) == {1: 0, 8: 0}
+
+
+def test_an_unreadable_permission_still_counts_fits_as_free_units_does() -> None:
+    assert _fits(_free_node("a", 8), [1, 8], kubevirt=Unreadable()) == {1: 8, 8: 1}
+
+
+def test_fits_of_the_reference_fixture() -> None:
+    decisions = _reference()
+    assert decisions["h200"].status.fields()["fitsSummary"] == "1:4 2:2 4:0 8:0"  # n1 and n5: 2 + 2
+    assert decisions["l40s"].status.fields()["fitsSummary"] == "1:1 2:0 4:0 8:0"
+    for name in ("h200-premium", "a10-24q", "rtx4090"):  # conflict, not permitted, not permitted
+        assert all(fit.vms == 0 for fit in decisions[name].status.fits)
+
+
+@pytest.mark.parametrize(
+    ("value", "expected"),
+    [
+        (None, DEFAULT_VM_SIZES),
+        ([4, 1, 2], (1, 2, 4)),
+        ([1, 2, 3, 4, 5, 6, 7, 8], (1, 2, 3, 4, 5, 6, 7, 8)),
+        # anything the CRD refuses reads as the default
+        ([], DEFAULT_VM_SIZES),
+        ([1, 2, 3, 4, 5, 6, 7, 8, 9], DEFAULT_VM_SIZES),
+        ([2, 2], DEFAULT_VM_SIZES),
+        ([0, 1], DEFAULT_VM_SIZES),
+        ([-1], DEFAULT_VM_SIZES),
+        ([1.5], DEFAULT_VM_SIZES),
+        (["2"], DEFAULT_VM_SIZES),
+        ([True], DEFAULT_VM_SIZES),
+        (4, DEFAULT_VM_SIZES),
+        ({"units": 4}, DEFAULT_VM_SIZES),
+    ],
+)
+def test_vm_sizes_read_from_the_spec(value: object, expected: tuple[int, ...]) -> None:
+    assert vm_sizes(value) == expected
+    decision = decide([make_class("c", A10_24Q, vm_sizes=value)], Inventory(), PERMITS_ALL)["c"]
+    assert tuple(fit.units for fit in decision.status.fits) == expected
+
+
+def test_the_crd_agrees_with_the_pure_core_on_vm_sizes_and_shows_fits_summary() -> None:
+    (crd,) = load("config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml")
+    (version,) = crd["spec"]["versions"]
+    schema = version["schema"]["openAPIV3Schema"]["properties"]
+    sizes = schema["spec"]["properties"]["vmSizes"]
+    assert (tuple(sizes["default"]), sizes["maxItems"]) == (DEFAULT_VM_SIZES, MAX_VM_SIZES)
+    assert schema["status"]["properties"]["fits"]["maxItems"] == MAX_VM_SIZES
+    column = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Fits")
+    assert (column["jsonPath"], column["type"], column.get("priority", 0)) == (
+        ".status.fitsSummary",
+        "string",
+        0,
+    )
+    # the status field the column reads is one ClassStatus.fields() writes
+    assert "fitsSummary" in ClassStatus(0, 0, ()).fields()
+
+
+@pytest.mark.parametrize(
+    ("fits", "text"),
+    [
+        ((Fit(1, 12), Fit(2, 5), Fit(4, 2), Fit(8, 0)), "1:12 2:5 4:2 8:0"),
+        ((Fit(3, 1),), "3:1"),
+        ((), ""),
+    ],
+)
+def test_fits_summary_is_the_column_text(fits: tuple[Fit, ...], text: str) -> None:
+    assert fits_summary(fits) == text
+
+
 # --- events ------------------------------------------------------------------------------------
 
 
@@ -374,6 +555,37 @@ def test_free_units_are_never_negative_and_bounded(
         if status.condition(reasons.CONDITION_READY).status == TRUE:
             assert decision.figures.nodes[NodeVerdict.ELIGIBLE] >= 1
         assert all(count >= 0 for count in decision.figures.nodes.values())
+        units = [fit.units for fit in status.fits]
+        assert units == sorted(set(units))
+        assert 1 <= len(units) <= MAX_VM_SIZES
+        for fit in status.fits:  # a VM's units come from one node: bounded by the largest block
+            assert 0 <= fit.vms <= status.free_units // fit.units
+            assert fit.vms == 0 or fit.units <= status.max_free_units_per_node
+
+
+@given(st.lists(nodes(), max_size=6), st.lists(pods(), max_size=10), class_lists(), _KUBEVIRT_VIEWS)
+def test_fits_agree_with_a_count_node_by_node(
+    node_list: list[dict[str, Any]],
+    pod_list: list[dict[str, Any]],
+    classes: list[dict[str, Any]],
+    kubevirt: KubeVirtView,
+) -> None:
+    inventory = _inventory(node_list, pod_list)
+    for decision in decide(classes, inventory, kubevirt).values():
+        cls = next(c for c in classes if c["metadata"]["name"] == decision.name)
+        tolerations = parse_tolerations(cls["spec"].get("tolerations"))
+        resource = decision.figures.resource
+        frees = [
+            max(0, node.allocatable[resource] - inventory.requested(node.name, resource))
+            for node in inventory.advertisers(resource).values()
+            if verdict(node.ready, node.cordoned, node.taints, tolerations) == NodeVerdict.ELIGIBLE
+        ]
+        status = decision.status
+        serves = status.condition(reasons.CONDITION_READY).status != FALSE
+        expected = {
+            u: sum(f // u for f in frees) if serves else 0 for u in vm_sizes(cls["spec"].get("vmSizes"))
+        }
+        assert {fit.units: fit.vms for fit in status.fits} == expected
 
 
 @given(
