@@ -48,9 +48,9 @@ from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import World, WorldSpec, build_world
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from operators.gpuclass.controller import GPUCLASSES, POD_FIELD_SELECTOR
-from operators.gpuclass.decide import decide
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
+from operators.gpuclass.reconcile import decide
 from shared.kube import NAMESPACES, NO_ANSWER, NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.waiting import wait_for_object

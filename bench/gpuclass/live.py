@@ -49,9 +49,9 @@ from bench.gpuclass.world import (
 )
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
-from operators.gpuclass.decide import ClassDecision, decide
 from operators.gpuclass.inventory import Inventory, pod_key
 from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled
+from operators.gpuclass.reconcile import ClassDecision, decide
 from shared.kube import NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj, Resource
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process

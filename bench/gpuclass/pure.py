@@ -55,10 +55,10 @@ from kubernetes.utils import parse_quantity as _untyped_parse_quantity
 
 from bench.gpuclass.report import Row, megabytes, seconds, times
 from bench.gpuclass.world import Obj, World, WorldSpec, build_world, is_gpu_pod, pod_status
-from operators.gpuclass.decide import DEFAULT_VM_SIZES, ClassDecision, decide
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
 from operators.gpuclass.quantity import parse_exact, parse_value
+from operators.gpuclass.reconcile import DEFAULT_VM_SIZES, ClassDecision, decide
 from operators.gpuclass.scheduling import (
     bound_node,
     eligible,

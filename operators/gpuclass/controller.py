@@ -35,11 +35,11 @@ from typing import Final, cast
 
 from prometheus_client import CollectorRegistry
 
-from operators.gpuclass.decide import ClassDecision, decide, transition_events
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Definitive, KubeVirtRead, remember, view
 from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, KUBEVIRTS, read_kubevirt
 from operators.gpuclass.metrics import STAGE_PASS, STAGE_STATUS_WRITE, Metrics
+from operators.gpuclass.reconcile import ClassDecision, decide, transition_events
 from operators.gpuclass.settings import Settings
 from shared.conditions import rfc3339, status_patch
 from shared.events import post_event

@@ -21,7 +21,7 @@ from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from operators.gpuclass.decide import ClassDecision
+from operators.gpuclass.reconcile import ClassDecision
 from operators.gpuclass.scheduling import NodeVerdict
 from shared.conditions import FALSE, TRUE, UNKNOWN
 

@@ -11,7 +11,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from operators.gpuclass import reasons
-from operators.gpuclass.decide import (
+from operators.gpuclass.inventory import Inventory, pod_key
+from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled, Unreadable
+from operators.gpuclass.reconcile import (
     DEFAULT_VM_SIZES,
     MAX_VM_SIZES,
     ClassDecision,
@@ -24,8 +26,6 @@ from operators.gpuclass.decide import (
     transition_events,
     vm_sizes,
 )
-from operators.gpuclass.inventory import Inventory, pod_key
-from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled, Unreadable
 from operators.gpuclass.scheduling import NodeVerdict, parse_tolerations, verdict
 from shared.conditions import FALSE, TRUE, UNKNOWN, Condition
 from tests.gpuclass_builders import (
