@@ -130,6 +130,8 @@ IPV6: Final = "IPv6"
 DUAL: Final = "Dual"
 FAMILIES: Final[Mapping[str, tuple[int, ...]]] = {IPV4: (4,), IPV6: (6,), DUAL: (4, 6)}
 
+# The API's answer to a create whose name exists (and to a write behind a stale resourceVersion).
+CONFLICT: Final = 409
 # Before re-planning after a failed write.
 RETRY_SECONDS: Final = 0.5
 # A plan applied this many times in a row without settling is a bug in the model, not a world.
@@ -310,7 +312,8 @@ class SubstrateModel:
     # --- the plan (pure) -------------------------------------------------------------------------
 
     def plan(self, now: str) -> list[Write]:
-        """Every write both controllers would make now; empty when the world already agrees."""
+        """Every write both controllers would make now; empty when the world already agrees. No I/O,
+        no clock (``now`` stamps a condition that flips); it only refreshes the model's indexes."""
         self._index()
         notes: dict[Key, str] = {}
         writes = [*self._plan_pools(), *self._plan_provisioning(notes)]
@@ -689,7 +692,8 @@ class SubstrateModel:
 
     async def apply(self, kube: Kube, writes: Iterable[Write]) -> bool:
         """Send the writes in order, echoing each answer into the caches; False if one failed (the
-        rest of that plan is dropped: the next pass plans again from what is known then)."""
+        rest of that plan is dropped: the next pass plans again from what is known then). A create
+        refused as a taken name is not a failure: ``on_conflict`` records it."""
         for write in writes:
             try:
                 if write.verb == "create":
@@ -705,10 +709,10 @@ class SubstrateModel:
                 else:
                     answer = await kube.patch(write.path(), write.body, "merge")
             except ApiError as error:
-                if error.status == 409 and write.verb == "create":
-                    self.on_conflict(write)
-                else:
-                    self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {error}")
+                if error.status == CONFLICT and write.verb == "create":
+                    self.on_conflict(write)  # the name is taken: the next pass takes the next IP
+                    continue
+                self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {error}")
                 return False
             self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {write.why}")
             self.on_event(write.resource, "MODIFIED", answer)

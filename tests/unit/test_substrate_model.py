@@ -556,6 +556,15 @@ def test_a_recreated_claim_of_the_same_name_gets_a_new_address() -> None:
     assert ips(store, "c1") == ["198.51.100.2"]
 
 
+def test_an_event_older_than_the_cache_is_ignored() -> None:
+    model = SubstrateModel()
+    newer = {"metadata": {"name": "public", "uid": "u", "resourceVersion": "7"}, "spec": {"provisioner": "b"}}
+    older = {"metadata": {"name": "public", "uid": "u", "resourceVersion": "6"}, "spec": {"provisioner": "a"}}
+    model.on_event(CLASSES, "MODIFIED", newer)
+    model.on_event(CLASSES, "MODIFIED", older)
+    assert model.classes["public"]["spec"]["provisioner"] == "b"
+
+
 @pytest.mark.parametrize(
     ("ip", "name"),
     [
