@@ -17,7 +17,15 @@ plane:
 - ``networking.cozystack.io/wholeIP: "true"`` clears the pod's port filter (every port is
   forwarded); otherwise the Service's ``spec.ports`` become the pod's port filter and
   ``networking.cozystack.io/allowICMP: "true"`` its ICMP allow.
-- It programs a Service again on EVERY update of that Service (and of its Endpoints).
+- It programs a Service again on EVERY update of that Service (and of its Endpoints, but see the
+  race below).
+- The address-before-Endpoints race (``race=True``, the default, since it is what cozy-proxy does):
+  when a Service event with an address finds NO Endpoints object for it (the endpoints controller
+  has not created it yet; an existing Endpoints without a ready address is not this case), cozy-proxy
+  programs the Service with no backend and does not come back to it: later events of its Endpoints
+  (created, becoming ready) program nothing. Only an update of the Service itself (any update: an
+  annotation, a re-list) programs it again, now with its Endpoints. ``stuck`` names such Services.
+  With ``race=False`` an Endpoints event programs it as any other.
 - Deleting any of its Services (or the Service leaving the proxy, losing its address or its ready
   endpoint) deletes the entries of the pod it had programmed, WHOEVER OWNS THEM NOW: the pod's NAT
   and SNAT entries, its port filter and its ICMP allow (``DeleteRules``, ``DeletePortFilter``).
@@ -26,10 +34,11 @@ What it does not model: nftables itself, conntrack, the 12-hour informer resync 
 cleanup (a restarted cozy-proxy repairs everything; the operator must not rely on that).
 
 ``on_service`` and ``on_endpoints`` take events (so unit tests drive the model without a cluster);
-``run`` feeds them from watches of one namespace. Queries: ``reaches`` (which pod IP an address
-reaches, with NAT and SNAT agreeing), ``pod_reached`` (its pod name), ``owner_of`` (the Service that
-programmed a pod), ``port_filter`` / ``icmp_allowed`` (a pod's filter), ``seen`` (every Service name
-ever observed) and ``programs`` (how often each Service was programmed).
+``run`` feeds them from watches of one namespace (``tests.support.following``). Queries: ``reaches``
+(which pod IP an address reaches, with NAT and SNAT agreeing), ``pod_reached`` (its pod name),
+``owner_of`` (the Service that programmed a pod), ``port_filter`` / ``icmp_allowed`` (a pod's
+filter), ``seen`` (every Service name ever observed), ``programs`` (how often each Service was
+programmed) and ``stuck`` (the Services the race left without a backend now).
 """
 
 from __future__ import annotations
@@ -41,15 +50,14 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from shared.kube import SERVICES, ApiError, Kube, Obj, Resource
+from shared.kube import SERVICES, Kube, Obj, Resource
+from tests.support.following import follow, notify, object_key, wait_until
 
 ENDPOINTS: Final = Resource("v1", "endpoints")
 PROXY_NAME_LABEL: Final = "service.kubernetes.io/service-proxy-name"
 WHOLE_IP_ANNOTATION: Final = "networking.cozystack.io/wholeIP"
 ALLOW_ICMP_ANNOTATION: Final = "networking.cozystack.io/allowICMP"
 DEFAULT_PROXY_NAME: Final = "cozy-proxy"
-# Between two LISTs after an API error.
-RETRY_SECONDS: Final = 0.5
 # cozy-proxy filters these protocols; a port of another protocol is skipped.
 FILTERED_PROTOCOLS: Final = frozenset({"TCP", "UDP"})
 
@@ -57,9 +65,7 @@ Key = tuple[str, str]
 Port = tuple[str, int]
 
 
-def _key(obj: Mapping[str, Any]) -> Key:
-    metadata = obj.get("metadata") or {}
-    return str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
+_key = object_key
 
 
 def service_address(service: Mapping[str, Any] | None) -> str | None:
@@ -81,6 +87,8 @@ class _Record:
 
     service: Obj
     endpoints: Obj | None = None
+    # Programmed with no backend by the address-before-Endpoints race: Endpoints events pass it by.
+    stuck: bool = False
 
 
 @dataclass
@@ -88,6 +96,7 @@ class CozyProxyModel:
     """cozy-proxy's pod-keyed datapath, as the module docstring describes it."""
 
     proxy_name: str = DEFAULT_PROXY_NAME
+    race: bool = True  # the address-before-Endpoints race (module docstring)
     nat: dict[str, str] = field(default_factory=dict)  # address -> pod IP (svc_pod)
     snat: dict[str, str] = field(default_factory=dict)  # pod IP -> address (pod_svc)
     filters: dict[str, frozenset[Port]] = field(default_factory=dict)  # pod IP -> allowed ports
@@ -127,6 +136,12 @@ class CozyProxyModel:
                 self.records[key] = _Record(service)
             return
         endpoints = self.endpoints.get(key)
+        if self.race and endpoints is None:  # the address came before its Endpoints exist
+            if record is not None:
+                self._delete(record)
+            self.records[key] = _Record(service, stuck=True)
+            self.log.append(f"program {key[1]}: {service_address(service)} -> no backend (no Endpoints yet)")
+            return
         if endpoint_address(endpoints) is None:
             if record is not None:
                 self._delete(record)
@@ -148,7 +163,7 @@ class CozyProxyModel:
         else:
             self.endpoints[key] = endpoints
         record = self.records.get(key)
-        if record is None:
+        if record is None or record.stuck:  # stuck: only an update of the Service programs it again
             return
         if kind == "DELETED" or endpoint_address(endpoints) is None:
             self._delete(record)
@@ -239,76 +254,55 @@ class CozyProxyModel:
     def ip_of(self, pod_name: str) -> str | None:
         return next((ip for ip, name in self.pod_names.items() if name == pod_name), None)
 
+    @property
+    def stuck(self) -> set[Key]:
+        """The Services the address-before-Endpoints race left programmed with no backend."""
+        return {key for key, record in self.records.items() if record.stuck}
+
     # --- driven by the cluster -------------------------------------------------------------------
 
     async def _notify(self) -> None:
-        async with self.changed:
-            self.changed.notify_all()
+        await notify(self.changed)
 
     async def wait_for(self, predicate: Callable[[CozyProxyModel], bool], timeout: float, what: str) -> None:
         """Until ``predicate(self)`` holds, re-checked on every event; fails after ``timeout``."""
-        try:
-            async with asyncio.timeout(timeout):
-                async with self.changed:
-                    await self.changed.wait_for(lambda: predicate(self))
-        except TimeoutError:
-            raise AssertionError(
-                f"cozy-proxy model: timed out after {timeout}s waiting for {what}; "
-                f"nat={self.nat} snat={self.snat} filters={self.filters} log={self.log[-10:]}"
-            ) from None
-
-    async def _follow(
-        self, kube: Kube, resource: Resource, namespace: str, handle: Callable[[str, Obj], None]
-    ) -> None:
-        """LIST then WATCH one kind, for ever; after a broken watch, LIST again with replace
-        semantics (what vanished is a deletion)."""
-        known: dict[Key, Obj] = {}
-        while True:
-            try:
-                listing = await kube.list(resource.path(namespace))
-            except ApiError:  # e.g. 429 while the API server starts: list again
-                await asyncio.sleep(RETRY_SECONDS)  # a retry interval, not a wait for an effect
-                continue
-            current = {_key(o): o for o in listing.get("items", [])}
-            for key, obj in known.items():
-                if key not in current:
-                    handle("DELETED", obj)
-            for key, obj in current.items():
-                handle("MODIFIED" if key in known else "ADDED", obj)
-            known = current
-            await self._notify()
-            try:
-                events = kube.watch(
-                    resource.path(namespace), resource_version=listing["metadata"]["resourceVersion"]
-                )
-                async with contextlib.aclosing(events):
-                    async for kind, obj in events:
-                        if kind in ("BOOKMARK", "ERROR"):
-                            if kind == "ERROR":
-                                break
-                            continue
-                        if kind == "DELETED":
-                            known.pop(_key(obj), None)
-                        else:
-                            known[_key(obj)] = obj
-                        handle(kind, obj)
-                        await self._notify()
-            except ApiError:  # 410 Gone and the like: list again
-                continue
+        await wait_until(
+            self.changed,
+            lambda: predicate(self),
+            timeout,
+            lambda: (
+                f"{what} (cozy-proxy model: nat={self.nat} snat={self.snat} filters={self.filters} "
+                f"stuck={self.stuck} log={self.log[-10:]})"
+            ),
+        )
 
     async def run(self, kube: Kube, namespace: str) -> None:
-        await asyncio.gather(
-            self._follow(kube, SERVICES, namespace, self.on_service),
-            self._follow(kube, ENDPOINTS, namespace, self.on_endpoints),
+        """Follow Endpoints, and once they are listed, Services: cozy-proxy's informers sync before it
+        handles a Service (else every Service there already is would look like the race)."""
+        listed = asyncio.Event()
+
+        async def after_endpoints() -> None:
+            listed.set()
+            await self._notify()
+
+        endpoints = asyncio.create_task(
+            follow(kube, ENDPOINTS, namespace, self.on_endpoints, after_endpoints)
         )
+        try:
+            await listed.wait()
+            await follow(kube, SERVICES, namespace, self.on_service, self._notify)
+        finally:
+            endpoints.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await endpoints
 
 
 @contextlib.asynccontextmanager
 async def cozy_proxy(
-    kube: Kube, namespace: str, proxy_name: str = DEFAULT_PROXY_NAME
+    kube: Kube, namespace: str, proxy_name: str = DEFAULT_PROXY_NAME, *, race: bool = True
 ) -> AsyncIterator[CozyProxyModel]:
     """The model, following one namespace's Services and Endpoints for the duration."""
-    model = CozyProxyModel(proxy_name)
+    model = CozyProxyModel(proxy_name, race)
     task = asyncio.create_task(model.run(kube, namespace))
     try:
         yield model

@@ -1,5 +1,7 @@
 """The cozy-proxy model (``tests.support.cozyproxy``) itself: one row per behaviour of cozy-proxy
-it stands for, driven by events as its watches would deliver them."""
+it stands for, driven by events as its watches would deliver them. ``test_model`` runs the model
+without the address-before-Endpoints race (its rows are about everything else, in either order of
+events); ``test_race`` is the race."""
 
 from __future__ import annotations
 
@@ -58,8 +60,8 @@ def eps(kind: str, obj: Obj) -> Event:
     return "endpoints", kind, obj
 
 
-def run(*events: Event) -> CozyProxyModel:
-    model = CozyProxyModel()
+def run(*events: Event, race: bool = False) -> CozyProxyModel:
+    model = CozyProxyModel(race=race)
     for target, kind, obj in events:
         (model.on_service if target == "service" else model.on_endpoints)(kind, obj)
     return model
@@ -225,3 +227,77 @@ def test_programs_counts_every_programming() -> None:
     )
     assert model.programs[(NS, "s1")] == 2
     assert model.ip_of("vm-a") == POD_A[0]
+
+
+@pytest.mark.parametrize(
+    ("events", "probe", "expected"),
+    [
+        pytest.param(
+            [
+                svc("ADDED", service("s1", None)),
+                svc("MODIFIED", service("s1")),
+                eps("ADDED", endpoints("s1", POD_A)),
+            ],
+            lambda m: (m.reaches(A1), m.stuck),
+            (None, {(NS, "s1")}),
+            id="the address before the Endpoints exist: programmed with no backend, and left so",
+        ),
+        pytest.param(
+            [
+                svc("MODIFIED", service("s1")),
+                eps("ADDED", endpoints("s1", not_ready=[POD_A])),
+                eps("MODIFIED", endpoints("s1", POD_A)),
+            ],
+            lambda m: m.reaches(A1),
+            None,
+            id="no Endpoints event programs a stuck Service, not even its pod becoming ready",
+        ),
+        pytest.param(
+            [
+                svc("MODIFIED", service("s1")),
+                eps("ADDED", endpoints("s1", POD_A)),
+                svc("MODIFIED", service("s1")),
+            ],
+            lambda m: (m.pod_reached(A1), m.stuck),
+            ("vm-a", set()),
+            id="an update of the Service programs it again",
+        ),
+        pytest.param(
+            [eps("ADDED", endpoints("s1", POD_A)), svc("MODIFIED", service("s1"))],
+            lambda m: m.pod_reached(A1),
+            "vm-a",
+            id="the Endpoints first: no race",
+        ),
+        pytest.param(
+            [
+                eps("ADDED", endpoints("s1", not_ready=[POD_A])),
+                svc("MODIFIED", service("s1")),
+                eps("MODIFIED", endpoints("s1", POD_A)),
+            ],
+            lambda m: (m.pod_reached(A1), m.stuck),
+            ("vm-a", set()),
+            id="Endpoints that exist without a ready address are not the race: their update programs it",
+        ),
+        pytest.param(
+            [
+                svc("MODIFIED", service("s1")),
+                eps("ADDED", endpoints("s1", POD_A)),
+                svc("DELETED", service("s1")),
+            ],
+            lambda m: (m.stuck, m.snat),
+            (set(), {}),
+            id="a stuck Service deleted: nothing left",
+        ),
+    ],
+)
+def test_race(events: list[Event], probe: Probe, expected: object) -> None:
+    assert probe(run(*events, race=True)) == expected
+
+
+def test_the_race_is_off_on_request() -> None:
+    model = run(svc("MODIFIED", service("s1")), eps("ADDED", endpoints("s1", POD_A)), race=False)
+    assert (model.pod_reached(A1), model.stuck) == ("vm-a", set())
+
+
+def test_the_race_is_on_by_default() -> None:
+    assert CozyProxyModel().race

@@ -1,0 +1,253 @@
+"""The substrate model (``tests.support.substrate``) against the real API and real MetalLB.
+
+The session's shared control plane serves the project's own ``ipaddressclasses`` and
+``ipaddressclaims`` CRDs in ``local.sdn.cozystack.io`` (other schemas, same names), so this module
+runs on a control plane of its own (``LocalControlPlane``, its own temp dir), with the substrate's
+three CRDs from ``tests/fixtures/address-substrate/`` and a MetalLB of its own (without the hoster's
+pool mirror: the model's driver renders the pools). The model writes what the substrate would;
+MetalLB alone assigns ``status.loadBalancer.ingress``.
+
+Dual: the local control plane's Service CIDR is IPv4 only, so the API refuses a dual-stack Service
+(the test proves that refusal); Dual is proved on the claim's side: two addresses bound, an IPv6
+``IPAddress`` named from its IP, and MetalLB loading the class's two-family pool.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any, Final
+
+import pytest
+
+from hack.devcluster import ClusterInfo, LocalControlPlane
+from hack.metallb import MetalLB, metallb
+from shared.kube import NAMESPACES, SERVICES, ApiError, Kube, Obj
+from tests.support.manifests import ROOT, apply_all, load
+from tests.support.substrate import (
+    ADDRESSES,
+    CLAIM_ANNOTATION,
+    CLAIM_PROTECTION_FINALIZER,
+    CLAIMS,
+    CLASSES,
+    DEFAULT_CLASS_ANNOTATION,
+    METALLB_IPS_ANNOTATION,
+    METALLB_PROVISIONER,
+    PROVISIONER_ANNOTATION,
+    SubstrateModel,
+    address_name,
+    substrate,
+)
+from tests.support.waiting import wait_for_object
+
+FIXTURES: Final = ROOT / "tests" / "fixtures" / "address-substrate"
+NS: Final = "tenant-a"
+TIMEOUT: Final = 60.0
+UNPROCESSABLE: Final = 422
+
+
+@pytest.fixture(scope="module")
+def own_cluster() -> Iterator[ClusterInfo]:
+    with LocalControlPlane() as info:
+        yield info
+
+
+@pytest.fixture(scope="module")
+async def world(
+    own_cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory
+) -> AsyncIterator[tuple[Kube, SubstrateModel, MetalLB]]:
+    kube = await Kube.connect(own_cluster.kubeconfig)
+    await apply_all(kube, [doc for path in sorted(FIXTURES.glob("*.yaml")) for doc in load(path)])
+    await kube.create(NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
+    log = Path(tmp_path_factory.mktemp("substrate-metallb")) / "metallb.log"
+    # The control plane stops after this fixture: nothing to clean up in it.
+    async with (
+        metallb(kube, own_cluster.kubeconfig, log, mirror_classes=False, remove_pools=False) as balancer,
+        substrate(kube) as model,
+    ):
+        yield kube, model, balancer
+
+
+def make_class(name: str, *addresses: str, default: bool = False, reclaim: str = "Retain") -> Obj:
+    annotations = {DEFAULT_CLASS_ANNOTATION: "true"} if default else {}
+    return {
+        "apiVersion": CLASSES.api_version,
+        "kind": "IPAddressClass",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "provisioner": METALLB_PROVISIONER,
+            "reclaimPolicy": reclaim,
+            "parameters": {"addresses": list(addresses)},
+        },
+    }
+
+
+def make_claim(name: str, class_name: str | None = None, family: str | None = None) -> Obj:
+    spec: Obj = {}
+    if class_name:
+        spec["className"] = class_name
+    if family:
+        spec["family"] = family
+    return {
+        "apiVersion": CLAIMS.api_version,
+        "kind": "IPAddressClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def make_service(name: str, claim: str, **spec: Any) -> Obj:
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": name, "annotations": {CLAIM_ANNOTATION: claim}},
+        "spec": {"type": "LoadBalancer", "ports": [{"name": "http", "port": 80, "protocol": "TCP"}], **spec},
+    }
+
+
+def phase(obj: Obj | None) -> str | None:
+    return ((obj or {}).get("status") or {}).get("phase")
+
+
+def ingress(service: Obj | None) -> list[str]:
+    found = (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [str(i.get("ip")) for i in found]
+
+
+def associated_to(address: Obj | None) -> Obj | None:
+    to: Obj | None = ((address or {}).get("status") or {}).get("associatedTo")
+    return to
+
+
+async def bound(kube: Kube, claim: str, count: int = 1) -> Obj:
+    found = await wait_for_object(
+        kube,
+        CLAIMS,
+        claim,
+        lambda c: phase(c) == "Bound" and len((c or {})["status"].get("addresses") or []) == count,
+        namespace=NS,
+        timeout=TIMEOUT,
+        what=f"claim {claim} Bound with {count} address(es)",
+    )
+    assert found is not None
+    return found
+
+
+async def test_a_default_class_serves_a_claim_and_its_service(
+    world: tuple[Kube, SubstrateModel, MetalLB],
+) -> None:
+    kube, _, balancer = world
+    await kube.create(CLASSES.path(), make_class("public", "198.51.100.0/28", default=True))
+    await balancer.wait_for_pool("public")
+
+    await kube.create(CLAIMS.path(NS), make_claim("c1"))
+    claim = await bound(kube, "c1")
+    [entry] = claim["status"]["addresses"]
+    ip, name = entry["address"], entry["name"]
+    assert (claim["status"]["className"], name) == ("public", address_name(ip))
+    assert claim["metadata"]["annotations"][PROVISIONER_ANNOTATION] == METALLB_PROVISIONER
+    assert CLAIM_PROTECTION_FINALIZER in claim["metadata"]["finalizers"]
+    address = await kube.get(ADDRESSES.path(name=name))
+    assert address is not None
+    assert address["spec"]["claimRef"] == {"namespace": NS, "name": "c1", "uid": claim["metadata"]["uid"]}
+    assert (address["spec"]["address"], phase(address)) == (ip, "Bound")
+
+    # The annotated Service: the model pins the address, real MetalLB assigns it.
+    await kube.create(SERVICES.path(NS), make_service("s1", "c1"))
+    service = await wait_for_object(
+        kube, SERVICES, "s1", lambda s: ingress(s) == [ip], namespace=NS, timeout=TIMEOUT, what="s1's address"
+    )
+    assert service is not None
+    assert service["metadata"]["annotations"][METALLB_IPS_ANNOTATION] == ip
+    await wait_for_object(
+        kube,
+        ADDRESSES,
+        name,
+        lambda a: associated_to(a) == {"kind": "Service", "namespace": NS, "name": "s1"},
+        timeout=TIMEOUT,
+        what="the address associated to s1",
+    )
+
+    # The Service goes: the address is associated to nothing, and still the claim's.
+    await kube.delete(SERVICES.path(NS, "s1"))
+    address = await wait_for_object(
+        kube,
+        ADDRESSES,
+        name,
+        lambda a: associated_to(a) is None,
+        timeout=TIMEOUT,
+        what="associatedTo cleared",
+    )
+    assert phase(address) == "Bound"
+    assert phase(await kube.get(CLAIMS.path(NS, "c1"))) == "Bound"
+
+    # The claim goes (Retain): the address stays, Released, its claimRef kept.
+    await kube.delete(CLAIMS.path(NS, "c1"))
+    await wait_for_object(kube, CLAIMS, "c1", lambda c: c is None, namespace=NS, timeout=TIMEOUT)
+    address = await wait_for_object(
+        kube, ADDRESSES, name, lambda a: phase(a) == "Released", timeout=TIMEOUT, what="the address Released"
+    )
+    assert address is not None
+    assert address["spec"]["claimRef"]["name"] == "c1"
+
+
+async def test_one_claim_serves_one_service_at_a_time(world: tuple[Kube, SubstrateModel, MetalLB]) -> None:
+    kube, model, _ = world
+    if await kube.get(CLASSES.path(name="public")) is None:  # run alone
+        await kube.create(CLASSES.path(), make_class("public", "198.51.100.0/28", default=True))
+    await kube.create(CLAIMS.path(NS), make_claim("c2", "public"))
+    [entry] = (await bound(kube, "c2"))["status"]["addresses"]
+    ip = entry["address"]
+    await kube.create(SERVICES.path(NS), make_service("first", "c2"))
+    await wait_for_object(
+        kube, SERVICES, "first", lambda s: ingress(s) == [ip], namespace=NS, timeout=TIMEOUT
+    )
+    await kube.create(SERVICES.path(NS), make_service("second", "c2"))
+    # The model has seen the second Service and decided: it is not the claim's while the first lives.
+    await model.wait_for(lambda m: (NS, "second") in m.services and not m.plan(""), TIMEOUT, "second seen")
+    second = await kube.get(SERVICES.path(NS, "second"))
+    assert second is not None
+    assert METALLB_IPS_ANNOTATION not in (second["metadata"].get("annotations") or {})
+    assert ingress(second) == []
+
+    await kube.delete(SERVICES.path(NS, "first"))
+    await wait_for_object(
+        kube, SERVICES, "second", lambda s: ingress(s) == [ip], namespace=NS, timeout=TIMEOUT
+    )
+    await wait_for_object(
+        kube,
+        ADDRESSES,
+        entry["name"],
+        lambda a: (associated_to(a) or {}).get("name") == "second",
+        timeout=TIMEOUT,
+        what="the address associated to the second Service",
+    )
+
+
+async def test_dual_binds_two_addresses(world: tuple[Kube, SubstrateModel, MetalLB]) -> None:
+    kube, _, balancer = world
+    await kube.create(
+        CLASSES.path(), make_class("dual", "2001:db8:100::/120", "203.0.113.0/28", reclaim="Delete")
+    )
+    await balancer.wait_for_pool("dual")
+    await kube.create(CLAIMS.path(NS), make_claim("d1", "dual", "Dual"))
+    claim = await bound(kube, "d1", count=2)
+    v4, v6 = claim["status"]["addresses"]
+    assert (v4["address"], v6["address"]) == ("203.0.113.1", "2001:db8:100::1")
+    assert v6["name"] == "2001-db8-100--1"
+    for entry in (v4, v6):
+        address = await kube.get(ADDRESSES.path(name=entry["name"]))
+        assert phase(address) == "Bound"
+
+    # This control plane serves IPv4 Services only: a dual-stack Service cannot exist here.
+    with pytest.raises(ApiError) as refused:
+        await kube.create(
+            SERVICES.path(NS),
+            make_service("dual", "d1", ipFamilyPolicy="RequireDualStack", ipFamilies=["IPv4", "IPv6"]),
+        )
+    assert refused.value.status == UNPROCESSABLE
+
+    # Delete: the claim goes, and both addresses with it.
+    await kube.delete(CLAIMS.path(NS, "d1"))
+    for entry in (v4, v6):
+        await wait_for_object(kube, ADDRESSES, entry["name"], lambda a: a is None, timeout=TIMEOUT)

@@ -1,0 +1,788 @@
+"""A model of Cozystack's address substrate, for tests: its core controller and its MetalLB driver.
+
+The substrate (``IPAddressClass`` / ``IPAddress`` / ``IPAddressClaim`` in ``local.sdn.cozystack.io/
+v1alpha1``; its CRDs are in ``tests/fixtures/address-substrate/``, whose README says what each field
+means) is a platform component the EndpointAttachment operator consumes. Its controllers cannot be
+built here, so the tests run this model of their published contract, driven by watches of the real
+API and writing what the real controllers would write, through the real API.
+
+Decides (the core):
+- a claim's class: ``spec.className``, else the one class annotated ``DEFAULT_CLASS_ANNOTATION:
+  "true"`` (none: ``NoDefaultClass``; two or more: ``MultipleDefaultClasses``, never a guess; a named
+  class missing: ``ClassNotFound``). Once resolved, ``status.className`` sticks: a later default or
+  a deleted class never moves a claim (the ``ClassResolved`` condition still says whether that class
+  exists now).
+- the provisioner stamp ``PROVISIONER_ANNOTATION: <class's spec.provisioner>`` on a claim once its
+  class resolves, written as an **annotation**: the fixtures' README says only that the core
+  "stamps" it, and the pattern it names (a PersistentVolumeClaim's
+  ``volume.kubernetes.io/storage-provisioner``) stamps an annotation.
+- the finalizer ``CLAIM_PROTECTION_FINALIZER`` on every live claim, removed once its addresses are
+  reclaimed (it does not wait for a Service still naming the claim: the driver unpins that one).
+- binding: an ``IPAddress`` whose ``spec.claimRef`` names a live claim without a UID gets the claim's
+  UID (the core completes what the driver pre-set); its ``status.phase`` is ``Bound`` while that
+  claim lives, ``Available`` with no ``claimRef``. The claim's ``status.addresses`` lists ``{name,
+  address}`` for each address bound to it (IPv4 first); ``status.phase`` is ``Bound`` once every
+  family it asks for has one (``Dual``: two), ``Pending`` before, ``Lost`` (sticky) when an address
+  it had bound is gone. Conditions ``ClassResolved`` and ``Bound`` with the README's reasons (an
+  exhausted class is ``WaitingForProvisioning`` with a message saying so).
+- reclaim: a claim being deleted, or gone, leaves its ``Retain`` addresses ``Released`` (their
+  ``claimRef`` kept: never handed out again until a hoster clears it) and deletes its ``Delete``
+  addresses; then its finalizer goes.
+
+Decides (the MetalLB driver, ``METALLB_PROVISIONER``; only classes naming it):
+- one MetalLB ``IPAddressPool`` (``autoAssign: false``) and one ``L2Advertisement`` per class, both
+  named after the class in MetalLB's namespace, labelled ``MANAGED_BY_LABEL`` (only those are ever
+  changed or deleted); the pool holds the class's ``spec.parameters.addresses`` (CIDRs).
+- provisioning, for a stamped ``Pending`` claim of its class, one address per missing family: the
+  first free host address of the class's CIDRs of that family (``ipaddress``'s ``hosts()``, in the
+  order the class lists them), by creating the ``IPAddress`` named from the IP (``address_name``:
+  IPv4 as written; IPv6 compressed with ``:`` spelt ``-``, e.g. ``2001-db8--1``, since an object
+  name cannot hold ``:``; the fixtures are silent on IPv6 names). The create is the lock: a 409
+  marks the name taken (``on_conflict``) and the next pass tries the next IP. The address carries
+  ``spec.claimRef {namespace, name}``, ``spec.address``, ``spec.className``, the class's
+  ``spec.reclaimPolicy`` and ``spec.source.fromClass: {}``.
+- pinning: of the live Services in a Bound claim's namespace annotated ``CLAIM_ANNOTATION: <claim>``,
+  ONE is the claim's: the one its addresses' ``status.associatedTo`` already names, else the oldest
+  (creation time, then name). That one gets ``METALLB_IPS_ANNOTATION`` (the claim's addresses,
+  comma-separated, IPv4 first) and each address ``status.associatedTo {kind: Service, namespace,
+  name}``, both in the same pass: the association is recorded when the pin is written, not after
+  MetalLB assigns it, so two Services can never be pinned to one address in between. Every other
+  Service naming the claim (a second one while the first lives, or any while the claim is not
+  Bound) gets no pin: the driver removes ``METALLB_IPS_ANNOTATION`` from it. When the claim's
+  Service goes, drops the annotation or names another claim, ``associatedTo`` is cleared (and a
+  pin the driver wrote on a Service that stayed is removed); the next Service naming the claim, if
+  any, becomes its Service.
+
+Does not: write a Service's status (real MetalLB assigns the pinned address to
+``status.loadBalancer.ingress``); model ``spec.addressName`` pre-binding, static (``providerRef``)
+addresses, the ``Conflict`` phase, the address finalizers (addresses are deleted outright), the
+real driver's selectorless placeholder Service that keeps a Released or unassociated address in
+MetalLB's books, or the substrate's own admission. A hoster clearing ``claimRef`` makes an address
+``Available``, but the driver never hands an existing address out again (it only creates new ones).
+
+Shape (as ``tests/support/cozyproxy.py``): ``on_event`` feeds a watch event into the caches,
+``plan(now)`` is pure and returns the writes both controllers would make (``Write``, data), and
+``run``/``substrate`` feed the caches from LIST+WATCH of the real API (planning nothing until every
+kind listed once) and apply each plan, echoing each answer into the caches. Unit tests drive
+``on_event``/``plan``/``on_conflict`` without a cluster.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ipaddress
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any, Final, Literal
+
+from shared.conditions import FALSE, TRUE, Condition, render, rfc3339, same_condition
+from shared.kube import SERVICES, ApiError, Kube, Obj, Resource
+from tests.support.following import follow, notify, object_key, wait_until
+
+API_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
+CLASSES: Final = Resource(API_VERSION, "ipaddressclasses", namespaced=False)
+ADDRESSES: Final = Resource(API_VERSION, "ipaddresses", namespaced=False)
+CLAIMS: Final = Resource(API_VERSION, "ipaddressclaims")
+POOLS: Final = Resource("metallb.io/v1beta1", "ipaddresspools")
+L2_ADVERTISEMENTS: Final = Resource("metallb.io/v1beta1", "l2advertisements")
+
+# The published annotation marking the class of claims that name none.
+DEFAULT_CLASS_ANNOTATION: Final = "ipaddressclass.local.sdn.cozystack.io/is-default-class"
+# The core's stamp on a resolved claim naming the driver that serves it (an annotation: see above).
+PROVISIONER_ANNOTATION: Final = "local.sdn.cozystack.io/provisioner"
+# The core's finalizer on every claim: its addresses are reclaimed before the claim goes.
+CLAIM_PROTECTION_FINALIZER: Final = "local.sdn.cozystack.io/claim-protection"
+# The annotation by which a Service asks the driver for the addresses of a claim in its namespace.
+CLAIM_ANNOTATION: Final = "local.sdn.cozystack.io/ip-address-claim"
+# MetalLB's own annotation naming the addresses a Service must get (comma-separated for two families).
+METALLB_IPS_ANNOTATION: Final = "metallb.io/loadBalancerIPs"
+# The MetalLB driver's published provisioner name: classes naming it are the driver's.
+METALLB_PROVISIONER: Final = "metallb.drivers.local.sdn.cozystack.io"
+# The MetalLB objects the driver rendered carry this label; it never touches one without it.
+MANAGED_BY_LABEL: Final = "app.kubernetes.io/managed-by"
+MANAGED_BY: Final = "substrate-metallb-driver-model"
+# Where MetalLB reads its configuration (hack/metallb.py runs it with this namespace).
+METALLB_NAMESPACE: Final = "metallb-system"
+FIELD_MANAGER: Final = "substrate-model"
+
+# The claim's condition types and reasons, as the substrate publishes them.
+CLASS_RESOLVED: Final = "ClassResolved"
+BOUND: Final = "Bound"
+REASON_RESOLVED: Final = "Resolved"
+REASON_CLASS_NOT_FOUND: Final = "ClassNotFound"
+REASON_NO_DEFAULT_CLASS: Final = "NoDefaultClass"
+REASON_MULTIPLE_DEFAULT_CLASSES: Final = "MultipleDefaultClasses"
+REASON_BOUND: Final = "Bound"
+REASON_WAITING_FOR_PROVISIONING: Final = "WaitingForProvisioning"
+REASON_ADDRESS_LOST: Final = "AddressLost"
+
+# Phases (claims: Pending | Bound | Lost; addresses: the core's Available | Bound | Released).
+PENDING: Final = "Pending"
+LOST: Final = "Lost"
+AVAILABLE: Final = "Available"
+RELEASED: Final = "Released"
+RETAIN: Final = "Retain"
+DELETE: Final = "Delete"
+IPV4: Final = "IPv4"
+IPV6: Final = "IPv6"
+DUAL: Final = "Dual"
+FAMILIES: Final[Mapping[str, tuple[int, ...]]] = {IPV4: (4,), IPV6: (6,), DUAL: (4, 6)}
+
+# The API's answer to a create whose name exists (and to a write behind a stale resourceVersion).
+CONFLICT: Final = 409
+# Before re-planning after a failed write.
+RETRY_SECONDS: Final = 0.5
+# A plan applied this many times in a row without settling is a bug in the model, not a world.
+MAX_PASSES: Final = 20
+
+Key = tuple[str, str]
+Verb = Literal["create", "patch", "status", "apply", "delete"]
+
+
+@dataclass(frozen=True)
+class Write:
+    """One request the substrate's controllers would send (``patch``/``status``: a merge patch)."""
+
+    verb: Verb
+    resource: Resource
+    name: str
+    namespace: str | None = None
+    body: Obj | None = None
+    why: str = ""
+
+    def path(self) -> str:
+        if self.verb == "create":
+            return self.resource.path(self.namespace)
+        path = self.resource.path(self.namespace, self.name)
+        return f"{path}/status" if self.verb == "status" else path
+
+
+def _meta(obj: Mapping[str, Any]) -> Mapping[str, Any]:
+    return obj.get("metadata") or {}
+
+
+_key = object_key
+
+
+def _annotations(obj: Mapping[str, Any]) -> Mapping[str, str]:
+    return _meta(obj).get("annotations") or {}
+
+
+def _deleting(obj: Mapping[str, Any]) -> bool:
+    return bool(_meta(obj).get("deletionTimestamp"))
+
+
+def _older(new: Mapping[str, Any], cached: Mapping[str, Any] | None) -> bool:
+    """Whether ``new`` is an older version of the cached object (etcd's resourceVersions are
+    integers; anything else counts as not older)."""
+    if cached is None or _meta(new).get("uid") != _meta(cached).get("uid"):
+        return False
+    try:
+        return int(_meta(new).get("resourceVersion") or 0) < int(_meta(cached).get("resourceVersion") or 0)
+    except ValueError:
+        return False
+
+
+def address_name(ip: str) -> str:
+    """The ``IPAddress`` name for an IP: IPv4 as written, IPv6 compressed with ``-`` for ``:`` (the
+    exploded form when the compressed one would start or end with ``-``, e.g. ``::1``)."""
+    parsed = ipaddress.ip_address(ip)
+    if parsed.version == 4:
+        return str(parsed)
+    text = parsed.compressed
+    if text.startswith(":") or text.endswith(":"):
+        text = parsed.exploded
+    return text.replace(":", "-")
+
+
+def _family(ip: str) -> int:
+    return ipaddress.ip_address(ip).version
+
+
+def _address_sort_key(entry: Mapping[str, Any]) -> tuple[int, str]:
+    return _family(str(entry["address"])), str(entry["name"])
+
+
+def class_cidrs(address_class: Mapping[str, Any]) -> list[ipaddress.IPv4Network | ipaddress.IPv6Network]:
+    """The class's ``spec.parameters.addresses`` the driver can parse (others are skipped)."""
+    networks = []
+    parameters = (address_class.get("spec") or {}).get("parameters") or {}
+    for cidr in parameters.get("addresses") or []:
+        with contextlib.suppress(ValueError, TypeError):
+            networks.append(ipaddress.ip_network(str(cidr), strict=False))
+    return networks
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Which class a claim resolved to (None: unresolved, ``reason`` says why)."""
+
+    class_name: str | None
+    reason: str
+    message: str
+
+
+def resolve_class(claim: Mapping[str, Any], classes: Mapping[str, Obj]) -> Resolution:
+    """The core's class resolution (see the module docstring): pure."""
+    status = claim.get("status") or {}
+    stuck = status.get("className")
+    if stuck:
+        if stuck in classes:
+            return Resolution(str(stuck), REASON_RESOLVED, f"class {stuck}")
+        return Resolution(str(stuck), REASON_CLASS_NOT_FOUND, f"class {stuck} (resolved earlier) is gone")
+    named = (claim.get("spec") or {}).get("className")
+    if named:
+        if named in classes and not _deleting(classes[named]):
+            return Resolution(str(named), REASON_RESOLVED, f"class {named}")
+        return Resolution(None, REASON_CLASS_NOT_FOUND, f"no IPAddressClass named {named}")
+    defaults = sorted(
+        name
+        for name, c in classes.items()
+        if _annotations(c).get(DEFAULT_CLASS_ANNOTATION) == "true" and not _deleting(c)
+    )
+    if not defaults:
+        return Resolution(
+            None, REASON_NO_DEFAULT_CLASS, "the claim names no class and no class is the default"
+        )
+    if len(defaults) > 1:
+        return Resolution(
+            None, REASON_MULTIPLE_DEFAULT_CLASSES, f"more than one default class: {', '.join(defaults)}"
+        )
+    return Resolution(defaults[0], REASON_RESOLVED, f"class {defaults[0]} (the default)")
+
+
+@dataclass
+class SubstrateModel:
+    """The substrate's core controller and MetalLB driver, as the module docstring describes them."""
+
+    provisioner: str = METALLB_PROVISIONER
+    metallb_namespace: str = METALLB_NAMESPACE
+    # Whether MetalLB serves L2Advertisement (the integration test renders it; unit tests may not).
+    l2_advertisements: bool = True
+    classes: dict[str, Obj] = field(default_factory=dict)
+    claims: dict[Key, Obj] = field(default_factory=dict)
+    addresses: dict[str, Obj] = field(default_factory=dict)
+    services: dict[Key, Obj] = field(default_factory=dict)
+    rendered: dict[tuple[str, str], Obj] = field(default_factory=dict)  # (plural, name) -> MetalLB object
+    taken: set[str] = field(default_factory=set)  # IPAddress names a create was refused (409)
+    log: list[str] = field(default_factory=list)
+
+    def __post_init__(self) -> None:
+        self.changed = asyncio.Condition()
+        self._by_claim: dict[Key, list[Obj]] = {}  # claimRef (namespace, name) -> addresses, per plan
+        self._by_claim_name: dict[Key, list[Obj]] = {}  # (namespace, claim) -> Services naming it
+
+    # --- events ----------------------------------------------------------------------------------
+
+    def _cache(self, resource: Resource) -> dict[Any, Obj]:
+        caches: dict[str, dict[Any, Obj]] = {
+            CLASSES.plural: self.classes,
+            CLAIMS.plural: self.claims,
+            ADDRESSES.plural: self.addresses,
+            SERVICES.plural: self.services,
+        }
+        return caches.get(resource.plural, self.rendered)
+
+    def _cache_key(self, resource: Resource, obj: Mapping[str, Any]) -> Any:
+        if resource in (CLASSES, ADDRESSES):
+            return _key(obj)[1]
+        if resource in (CLAIMS, SERVICES):
+            return _key(obj)
+        return resource.plural, _key(obj)[1]
+
+    def on_event(self, resource: Resource, kind: str, obj: Obj) -> None:
+        """A watch event (ADDED, MODIFIED, DELETED) of one of the kinds the model follows.
+
+        An event older than what the cache holds for the same object (the answer to our own write
+        is echoed in before the watch delivers the versions before it) is ignored."""
+        cache, key = self._cache(resource), self._cache_key(resource, obj)
+        if kind == "DELETED":
+            cache.pop(key, None)
+        elif not _older(obj, cache.get(key)):
+            cache[key] = obj
+
+    def on_conflict(self, write: Write) -> None:
+        """A create refused with 409: the name (an IP's lock) is taken; the next plan skips it."""
+        if write.resource == ADDRESSES and write.verb == "create":
+            self.taken.add(write.name)
+            self.log.append(f"409 on {write.name}: taken")
+
+    # --- the plan (pure) -------------------------------------------------------------------------
+
+    def plan(self, now: str) -> list[Write]:
+        """Every write both controllers would make now; empty when the world already agrees. No I/O,
+        no clock (``now`` stamps a condition that flips); it only refreshes the model's indexes."""
+        self._index()
+        notes: dict[Key, str] = {}
+        writes = [*self._plan_pools(), *self._plan_provisioning(notes)]
+        writes += self._plan_addresses()
+        writes += self._plan_claims(now, notes)
+        writes += self._plan_services()
+        return writes
+
+    def _driver_classes(self) -> dict[str, Obj]:
+        return {
+            name: c
+            for name, c in self.classes.items()
+            if (c.get("spec") or {}).get("provisioner") == self.provisioner and not _deleting(c)
+        }
+
+    def _index(self) -> None:
+        """Who names whom, computed once per plan (a plan stays linear in the objects there are)."""
+        self._by_claim, self._by_claim_name = {}, {}
+        for address in self.addresses.values():
+            ref = (address.get("spec") or {}).get("claimRef") or {}
+            if ref:
+                key = (str(ref.get("namespace")), str(ref.get("name")))
+                self._by_claim.setdefault(key, []).append(address)
+        for service in self.services.values():
+            claim_name = _annotations(service).get(CLAIM_ANNOTATION)
+            if claim_name and not _deleting(service):
+                self._by_claim_name.setdefault((_key(service)[0], claim_name), []).append(service)
+
+    def _bound_to(self, claim: Mapping[str, Any]) -> list[Obj]:
+        """The addresses whose claimRef names this claim (its UID, or none yet), IPv4 first."""
+        uid = _meta(claim).get("uid") or ""
+        found = [
+            a
+            for a in self._by_claim.get(_key(claim), [])
+            if ((a.get("spec") or {}).get("claimRef") or {}).get("uid", "") in ("", uid)
+        ]
+        return sorted(found, key=lambda a: (_family(a["spec"]["address"]), _key(a)[1]))
+
+    # The driver: pools.
+
+    def _plan_pools(self) -> list[Write]:
+        writes: list[Write] = []
+        wanted: dict[tuple[str, str], Obj] = {}
+        for name, address_class in sorted(self._driver_classes().items()):
+            cidrs = [str(n) for n in class_cidrs(address_class)]
+            if not cidrs:
+                continue
+            metadata = {
+                "name": name,
+                "namespace": self.metallb_namespace,
+                "labels": {MANAGED_BY_LABEL: MANAGED_BY},
+            }
+            wanted[(POOLS.plural, name)] = {
+                "apiVersion": POOLS.api_version,
+                "kind": "IPAddressPool",
+                "metadata": metadata,
+                "spec": {"addresses": cidrs, "autoAssign": False, "avoidBuggyIPs": False},
+            }
+            if self.l2_advertisements:
+                wanted[(L2_ADVERTISEMENTS.plural, name)] = {
+                    "apiVersion": L2_ADVERTISEMENTS.api_version,
+                    "kind": "L2Advertisement",
+                    "metadata": metadata,
+                    "spec": {"ipAddressPools": [name]},
+                }
+        resources = {POOLS.plural: POOLS, L2_ADVERTISEMENTS.plural: L2_ADVERTISEMENTS}
+        for (plural, name), obj in wanted.items():
+            have = self.rendered.get((plural, name))
+            if have is None or any(have.get("spec", {}).get(k) != v for k, v in obj["spec"].items()):
+                writes.append(
+                    Write(
+                        "apply",
+                        resources[plural],
+                        name,
+                        self.metallb_namespace,
+                        obj,
+                        f"render {plural} {name}",
+                    )
+                )
+        for plural, name in sorted(self.rendered.keys() - wanted.keys()):
+            labels = _meta(self.rendered[(plural, name)]).get("labels") or {}
+            if labels.get(MANAGED_BY_LABEL) == MANAGED_BY:
+                writes.append(
+                    Write("delete", resources[plural], name, self.metallb_namespace, why="class gone")
+                )
+        return writes
+
+    # The driver: provisioning.
+
+    def _free_ip(self, address_class: Mapping[str, Any], version: int) -> str | None:
+        used = self.taken | set(self.addresses)
+        for network in class_cidrs(address_class):
+            if network.version != version:
+                continue
+            for host in network.hosts():
+                if address_name(str(host)) not in used:
+                    return str(host)
+        return None
+
+    def _plan_provisioning(self, notes: dict[Key, str]) -> list[Write]:
+        writes: list[Write] = []
+        mine = self._driver_classes()
+        for key, claim in sorted(self.claims.items()):
+            status = claim.get("status") or {}
+            class_name = status.get("className")
+            if (
+                _deleting(claim)
+                or class_name not in mine
+                or _annotations(claim).get(PROVISIONER_ANNOTATION) != self.provisioner
+                or (status.get("phase") or PENDING) != PENDING
+            ):
+                continue
+            address_class = mine[str(class_name)]
+            family = (claim.get("spec") or {}).get("family") or IPV4
+            have = {_family(a["spec"]["address"]) for a in self._bound_to(claim)}
+            for version in FAMILIES.get(family, (4,)):
+                if version in have:
+                    continue
+                ip = self._free_ip(address_class, version)
+                if ip is None:
+                    notes[key] = f"class {class_name} has no free IPv{version} address"
+                    continue
+                spec = {
+                    "address": ip,
+                    "className": class_name,
+                    "claimRef": {"namespace": key[0], "name": key[1]},
+                    "reclaimPolicy": (address_class.get("spec") or {}).get("reclaimPolicy") or RETAIN,
+                    "source": {"fromClass": {}},
+                }
+                body = {
+                    "apiVersion": API_VERSION,
+                    "kind": "IPAddress",
+                    "metadata": {"name": address_name(ip)},
+                    "spec": spec,
+                }
+                writes.append(Write("create", ADDRESSES, address_name(ip), None, body, f"provision {key[1]}"))
+        return writes
+
+    # The core: addresses.
+
+    def _claim_of(self, address: Mapping[str, Any]) -> Obj | None:
+        """The live claim the address's claimRef names (None: no ref, or that claim is gone)."""
+        ref = (address.get("spec") or {}).get("claimRef") or {}
+        if not ref:
+            return None
+        claim = self.claims.get((str(ref.get("namespace")), str(ref.get("name"))))
+        if claim is None or ref.get("uid", "") not in ("", _meta(claim).get("uid")):
+            return None
+        return claim
+
+    def _plan_addresses(self) -> list[Write]:
+        writes: list[Write] = []
+        for name, address in sorted(self.addresses.items()):
+            spec, status = address.get("spec") or {}, address.get("status") or {}
+            ref = spec.get("claimRef") or {}
+            claim = self._claim_of(address)
+            if not ref:
+                wanted = AVAILABLE
+            elif claim is not None and not _deleting(claim):
+                if not ref.get("uid"):
+                    writes.append(
+                        Write(
+                            "patch",
+                            ADDRESSES,
+                            name,
+                            body={"spec": {"claimRef": {"uid": _meta(claim)["uid"]}}},
+                            why=f"bind to {ref.get('name')}",
+                        )
+                    )
+                wanted = BOUND
+            elif (spec.get("reclaimPolicy") or RETAIN) == DELETE:
+                writes.append(
+                    Write("delete", ADDRESSES, name, why=f"reclaim (Delete) from {ref.get('name')}")
+                )
+                continue
+            else:
+                wanted = RELEASED
+            if status.get("phase") != wanted:
+                writes.append(
+                    Write("status", ADDRESSES, name, body={"status": {"phase": wanted}}, why=wanted)
+                )
+        return writes
+
+    # The core: claims.
+
+    def _plan_claims(self, now: str, notes: Mapping[Key, str]) -> list[Write]:
+        writes: list[Write] = []
+        for key, claim in sorted(self.claims.items()):
+            metadata = _meta(claim)
+            finalizers = list(metadata.get("finalizers") or [])
+            if _deleting(claim):
+                held = [a for a in self._bound_to(claim) if (a.get("status") or {}).get("phase") == BOUND]
+                if not held and CLAIM_PROTECTION_FINALIZER in finalizers:
+                    kept = [f for f in finalizers if f != CLAIM_PROTECTION_FINALIZER]
+                    writes.append(self._claim_patch(claim, {"finalizers": kept}, "reclaimed"))
+                continue
+            resolution = resolve_class(claim, self.classes)
+            meta_patch: Obj = {}
+            if CLAIM_PROTECTION_FINALIZER not in finalizers:
+                meta_patch["finalizers"] = [*finalizers, CLAIM_PROTECTION_FINALIZER]
+            provisioner = None
+            if resolution.class_name is not None and resolution.class_name in self.classes:
+                provisioner = (self.classes[resolution.class_name].get("spec") or {}).get("provisioner")
+            if provisioner and _annotations(claim).get(PROVISIONER_ANNOTATION) != provisioner:
+                meta_patch["annotations"] = {PROVISIONER_ANNOTATION: provisioner}
+            if meta_patch:
+                writes.append(self._claim_patch(claim, meta_patch, "finalizer and stamp"))
+            status_write = self._claim_status(claim, resolution, now, notes.get(key))
+            if status_write is not None:
+                writes.append(status_write)
+        return writes
+
+    def _claim_patch(self, claim: Obj, metadata: Obj, why: str) -> Write:
+        """A metadata patch behind the claim's resourceVersion (the finalizer list is replaced whole)."""
+        namespace, name = _key(claim)
+        body = {"metadata": {**metadata, "resourceVersion": _meta(claim).get("resourceVersion")}}
+        return Write("patch", CLAIMS, name, namespace, body, why)
+
+    def _claim_status(self, claim: Obj, resolution: Resolution, now: str, note: str | None) -> Write | None:
+        stored = claim.get("status") or {}
+        family = (claim.get("spec") or {}).get("family") or IPV4
+        bound = [a for a in self._bound_to(claim) if (a.get("spec") or {}).get("claimRef", {}).get("uid")]
+        entries = sorted(
+            ({"name": _key(a)[1], "address": str(a["spec"]["address"])} for a in bound),
+            key=_address_sort_key,
+        )
+        families = {_family(e["address"]) for e in entries}
+        had = {str(e.get("name")) for e in stored.get("addresses") or []}
+        lost = sorted(had - {e["name"] for e in entries})
+        if stored.get("phase") == LOST or (stored.get("phase") == BOUND and lost):
+            phase = LOST
+            bound_condition = Condition(
+                BOUND, FALSE, REASON_ADDRESS_LOST, f"address {', '.join(lost) or 'it had'} is gone"
+            )
+        elif resolution.class_name is not None and set(FAMILIES.get(family, (4,))) <= families:
+            phase = BOUND
+            bound_condition = Condition(BOUND, TRUE, REASON_BOUND, ", ".join(e["address"] for e in entries))
+        else:
+            phase = PENDING
+            message = note or (
+                f"waiting for {resolution.class_name}'s provisioner"
+                if resolution.reason == REASON_RESOLVED
+                else "waiting for the class to resolve"
+            )
+            bound_condition = Condition(BOUND, FALSE, REASON_WAITING_FOR_PROVISIONING, message)
+        resolved_condition = Condition(
+            CLASS_RESOLVED,
+            TRUE if resolution.reason == REASON_RESOLVED else FALSE,
+            resolution.reason,
+            resolution.message,
+        )
+        generation = int(_meta(claim).get("generation") or 0)
+        stored_conditions = {c.get("type"): c for c in stored.get("conditions") or []}
+        conditions = [
+            render(c, stored_conditions.get(c.type), generation, now)
+            for c in (resolved_condition, bound_condition)
+        ]
+        conditions += [c for t, c in stored_conditions.items() if t not in (CLASS_RESOLVED, BOUND)]
+        wanted: Obj = {"phase": phase, "addresses": entries, "conditions": conditions}
+        if resolution.class_name is not None:
+            wanted["className"] = resolution.class_name
+        same = (
+            stored.get("phase") == phase
+            and (stored.get("addresses") or []) == entries
+            and stored.get("className") == wanted.get("className")
+            and len(stored.get("conditions") or []) == len(conditions)
+            and all(same_condition(stored_conditions.get(c["type"]) or {}, c) for c in conditions)
+        )
+        if same:
+            return None
+        namespace, name = _key(claim)
+        return Write(
+            "status", CLAIMS, name, namespace, {"status": wanted}, f"{phase}: {bound_condition.message}"
+        )
+
+    # The driver: Services.
+
+    def _claims_service(self, claim: Obj, holders: Sequence[Obj]) -> Key | None:
+        """Which live Service naming the claim is the claim's (see the module docstring)."""
+        candidates = {_key(s): s for s in self._by_claim_name.get(_key(claim), [])}
+        for address in holders:
+            to = (address.get("status") or {}).get("associatedTo") or {}
+            current = (str(to.get("namespace")), str(to.get("name")))
+            if to.get("kind") == "Service" and current in candidates:
+                return current
+        if not candidates:
+            return None
+        oldest = min(
+            candidates.values(), key=lambda s: (str(_meta(s).get("creationTimestamp") or ""), _key(s)[1])
+        )
+        return _key(oldest)
+
+    def _plan_services(self) -> list[Write]:
+        writes: list[Write] = []
+        mine = self._driver_classes()
+        pins: dict[Key, str] = {}  # Service -> the pin it must carry
+        associations: dict[str, Key | None] = {}  # address -> the Service it is associated to
+        for claim in self.claims.values():
+            status = claim.get("status") or {}
+            if status.get("className") not in mine:
+                continue
+            holders = [a for a in self._bound_to(claim) if (a.get("status") or {}).get("phase") == BOUND]
+            if status.get("phase") != BOUND or _deleting(claim) or not holders:
+                continue
+            winner = self._claims_service(claim, holders)
+            if winner is None:
+                continue
+            pins[winner] = ",".join(str(a["spec"]["address"]) for a in holders)
+            for address in holders:
+                associations[_key(address)[1]] = winner
+        for key, service in sorted(self.services.items()):
+            annotations = _annotations(service)
+            pinned = annotations.get(METALLB_IPS_ANNOTATION)
+            wanted = pins.get(key)
+            if wanted is not None and pinned != wanted:
+                writes.append(self._pin(key, wanted, "pin the claim's addresses"))
+            elif wanted is None and CLAIM_ANNOTATION in annotations and pinned is not None:
+                writes.append(self._pin(key, None, "not the claim's Service: no pin"))
+        unpinned: set[Key] = set()
+        for name, address in sorted(self.addresses.items()):
+            if (address.get("spec") or {}).get("className") not in mine:
+                continue
+            to = (address.get("status") or {}).get("associatedTo") or {}
+            current = (str(to.get("namespace")), str(to.get("name"))) if to else None
+            wanted_key = associations.get(name)
+            if current == wanted_key:
+                continue
+            if current is not None:
+                # A pin the driver wrote on a Service that stays but no longer names the claim.
+                left = self.services.get(current)
+                if (
+                    left is not None
+                    and current not in pins
+                    and current not in unpinned
+                    and CLAIM_ANNOTATION not in _annotations(left)
+                    and str(address["spec"]["address"])
+                    in (_annotations(left).get(METALLB_IPS_ANNOTATION) or "")
+                ):
+                    writes.append(self._pin(current, None, "left the claim: unpin"))
+                    unpinned.add(current)
+            associated = (
+                {"kind": "Service", "namespace": wanted_key[0], "name": wanted_key[1]} if wanted_key else None
+            )
+            writes.append(
+                Write(
+                    "status", ADDRESSES, name, body={"status": {"associatedTo": associated}}, why="associate"
+                )
+            )
+        return writes
+
+    def _pin(self, key: Key, value: str | None, why: str) -> Write:
+        body = {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: value}}}
+        return Write("patch", SERVICES, key[1], key[0], body, why)
+
+    # --- queries ---------------------------------------------------------------------------------
+
+    def claim(self, namespace: str, name: str) -> Obj | None:
+        return self.claims.get((namespace, name))
+
+    def address(self, name: str) -> Obj | None:
+        return self.addresses.get(name)
+
+    # --- driven by the cluster -------------------------------------------------------------------
+
+    async def _notify(self) -> None:
+        await notify(self.changed)
+
+    async def wait_for(self, predicate: Callable[[SubstrateModel], bool], timeout: float, what: str) -> None:
+        """Until ``predicate(self)`` holds, re-checked on every change; fails after ``timeout``."""
+        await wait_until(
+            self.changed,
+            lambda: predicate(self),
+            timeout,
+            lambda: f"{what} (substrate model: log={self.log[-10:]})",
+        )
+
+    async def apply(self, kube: Kube, writes: Iterable[Write]) -> bool:
+        """Send the writes in order, echoing each answer into the caches; False if one failed (the
+        rest of that plan is dropped: the next pass plans again from what is known then). A create
+        refused as a taken name is not a failure: ``on_conflict`` records it."""
+        for write in writes:
+            try:
+                if write.verb == "create":
+                    answer = await kube.create(write.path(), write.body or {})
+                elif write.verb == "apply":
+                    answer = await kube.apply(write.path(), write.body or {}, FIELD_MANAGER)
+                elif write.verb == "delete":
+                    await kube.delete(write.path())
+                    self.log.append(f"delete {write.resource.plural}/{write.name}: {write.why}")
+                    gone = {"metadata": {"name": write.name, "namespace": write.namespace}}
+                    self.on_event(write.resource, "DELETED", gone)
+                    continue
+                else:
+                    answer = await kube.patch(write.path(), write.body, "merge")
+            except ApiError as error:
+                if error.status == CONFLICT and write.verb == "create":
+                    self.on_conflict(write)  # the name is taken: the next pass takes the next IP
+                    continue
+                self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {error}")
+                return False
+            self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {write.why}")
+            self.on_event(write.resource, "MODIFIED", answer)
+        return True
+
+    async def reconcile(self, kube: Kube) -> None:
+        """Plan and apply until the plan is empty (or a write failed: retried after a pause)."""
+        for _ in range(MAX_PASSES):
+            writes = self.plan(rfc3339(datetime.now(UTC)))
+            if not writes:
+                return
+            if not await self.apply(kube, writes):
+                await self._notify()
+                await asyncio.sleep(RETRY_SECONDS)  # the pause before planning again after a failure
+            await self._notify()
+        self.log.append(f"no fixed point after {MAX_PASSES} passes: {self.plan('')[:3]}")
+
+    async def run(self, kube: Kube) -> None:
+        """Follow every kind the substrate reads; reconcile after each batch of events, never before
+        every kind has been listed once."""
+        kinds: list[tuple[Resource, str | None]] = [
+            (CLASSES, None),
+            (CLAIMS, None),
+            (ADDRESSES, None),
+            (SERVICES, None),
+            (POOLS, self.metallb_namespace),
+        ]
+        if self.l2_advertisements:
+            kinds.append((L2_ADVERTISEMENTS, self.metallb_namespace))
+        wake = asyncio.Event()
+        synced = [asyncio.Event() for _ in kinds]
+
+        def handler(resource: Resource) -> Callable[[str, Obj], None]:
+            return lambda kind, obj: self.on_event(resource, kind, obj)
+
+        def after(done: asyncio.Event) -> Callable[[], Awaitable[None]]:
+            async def woken() -> None:
+                done.set()
+                wake.set()
+
+            return woken
+
+        followers = [
+            asyncio.create_task(follow(kube, resource, namespace, handler(resource), after(done)))
+            for (resource, namespace), done in zip(kinds, synced, strict=True)
+        ]
+        try:
+            await asyncio.gather(*(done.wait() for done in synced))
+            while True:
+                await wake.wait()
+                wake.clear()
+                await self.reconcile(kube)
+                await self._notify()
+        finally:
+            for task in followers:
+                task.cancel()
+            for task in followers:
+                with contextlib.suppress(asyncio.CancelledError):
+                    await task
+
+
+@contextlib.asynccontextmanager
+async def substrate(kube: Kube, *, l2_advertisements: bool = True) -> AsyncIterator[SubstrateModel]:
+    """The model, following the cluster's classes, claims, addresses, Services and its MetalLB
+    objects for the duration (the substrate's CRDs and MetalLB's must be installed)."""
+    model = SubstrateModel(l2_advertisements=l2_advertisements)
+    task = asyncio.create_task(model.run(kube), name="substrate-model")
+    try:
+        yield model
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

@@ -1,0 +1,578 @@
+"""The substrate model (``tests.support.substrate``) itself: one row per part of the substrate's published
+contract it stands for, driven without a cluster. ``Store`` plays the API server: it applies each planned
+write (merge patches, the status subresource, finalizers, 409 on a taken name) and feeds the result back
+as a watch event, until the model has nothing left to write."""
+
+from __future__ import annotations
+
+import copy
+import itertools
+from collections.abc import Callable
+from typing import Any
+
+import pytest
+
+from shared.kube import SERVICES, Resource
+from tests.support.substrate import (
+    ADDRESSES,
+    CLAIM_ANNOTATION,
+    CLAIM_PROTECTION_FINALIZER,
+    CLAIMS,
+    CLASSES,
+    DEFAULT_CLASS_ANNOTATION,
+    L2_ADVERTISEMENTS,
+    METALLB_IPS_ANNOTATION,
+    METALLB_PROVISIONER,
+    POOLS,
+    PROVISIONER_ANNOTATION,
+    SubstrateModel,
+    Write,
+    address_name,
+)
+
+Obj = dict[str, Any]
+NS = "tenant-a"
+NOW = "2026-12-01T00:00:00Z"
+StoreKey = tuple[str, str, str]  # (plural, namespace, name)
+
+
+def merge(target: Any, patch: Any) -> Any:
+    """RFC 7386 merge patch."""
+    if not isinstance(patch, dict):
+        return copy.deepcopy(patch)
+    result = dict(target) if isinstance(target, dict) else {}
+    for key, value in patch.items():
+        if value is None:
+            result.pop(key, None)
+        else:
+            result[key] = merge(result.get(key), value)
+    return result
+
+
+class Store:
+    """A tiny API server for the model: objects by (plural, namespace, name)."""
+
+    def __init__(self, model: SubstrateModel) -> None:
+        self.model = model
+        self.objects: dict[StoreKey, tuple[Resource, Obj]] = {}
+        self.versions = itertools.count(1)
+        self.writes: list[Write] = []
+
+    def _key(self, resource: Resource, name: str, namespace: str | None) -> StoreKey:
+        return resource.plural, (namespace or "") if resource.namespaced else "", name
+
+    def get(self, resource: Resource, name: str, namespace: str | None = None) -> Obj | None:
+        found = self.objects.get(self._key(resource, name, namespace))
+        return found[1] if found else None
+
+    def put(self, resource: Resource, obj: Obj, *, seen: bool = True) -> Obj:
+        """Create ``obj`` (``seen=False``: the model's watch never delivers it)."""
+        obj = copy.deepcopy(obj)
+        metadata = obj.setdefault("metadata", {})
+        version = next(self.versions)
+        metadata.setdefault("uid", f"uid-{version}")
+        metadata.setdefault("creationTimestamp", f"2026-12-01T00:00:{version:02d}Z")
+        metadata["resourceVersion"] = str(version)
+        metadata["generation"] = 1
+        self.objects[self._key(resource, metadata["name"], metadata.get("namespace"))] = (resource, obj)
+        if seen:
+            self.model.on_event(resource, "ADDED", copy.deepcopy(obj))
+        return obj
+
+    def update(self, resource: Resource, name: str, namespace: str | None, patch: Obj) -> None:
+        """A change by someone else (a tenant, a hoster): a merge patch."""
+        obj = self.get(resource, name, namespace)
+        assert obj is not None
+        self._store(resource, merge(obj, patch))
+
+    def _store(self, resource: Resource, obj: Obj) -> None:
+        metadata = obj["metadata"]
+        key = self._key(resource, metadata["name"], metadata.get("namespace"))
+        if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
+            del self.objects[key]
+            self.model.on_event(resource, "DELETED", copy.deepcopy(obj))
+            return
+        metadata["resourceVersion"] = str(next(self.versions))
+        self.objects[key] = (resource, obj)
+        self.model.on_event(resource, "MODIFIED", copy.deepcopy(obj))
+
+    def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
+        obj = self.get(resource, name, namespace)
+        assert obj is not None
+        self._store(resource, merge(obj, {"metadata": {"deletionTimestamp": NOW}}))
+
+    def apply(self, write: Write) -> bool:
+        """One planned write; False when the API would refuse it (409)."""
+        self.writes.append(write)
+        body = copy.deepcopy(write.body or {})
+        existing = self.get(write.resource, write.name, write.namespace)
+        if write.verb == "create":
+            if existing is not None:
+                self.model.on_conflict(write)
+                return False
+            self.put(write.resource, body)
+            return True
+        if write.verb == "apply":
+            if existing is None:
+                self.put(write.resource, body)
+            else:
+                self._store(write.resource, {**body, "metadata": {**existing["metadata"]}})
+            return True
+        if existing is None:
+            return False
+        if write.verb == "delete":
+            self.delete(write.resource, write.name, write.namespace)
+            return True
+        wanted_version = (body.get("metadata") or {}).pop("resourceVersion", None)
+        if wanted_version is not None and wanted_version != existing["metadata"]["resourceVersion"]:
+            return False
+        if write.verb == "status":
+            patch = {"status": body.get("status")}
+        else:
+            patch = {k: v for k, v in body.items() if k != "status"}
+        self._store(write.resource, merge(existing, patch))
+        return True
+
+    def settle(self, passes: int = 30) -> None:
+        """Apply the model's plans until it has nothing to write (and prove a second plan is empty)."""
+        for _ in range(passes):
+            writes = self.model.plan(NOW)
+            if not writes:
+                return
+            for write in writes:
+                if not self.apply(write):
+                    break
+        raise AssertionError(f"no fixed point: {self.model.plan(NOW)}")
+
+
+# --- builders ------------------------------------------------------------------------------------
+
+
+def make_class(
+    name: str,
+    *addresses: str,
+    default: bool = False,
+    reclaim: str = "Retain",
+    provisioner: str = METALLB_PROVISIONER,
+) -> Obj:
+    annotations = {DEFAULT_CLASS_ANNOTATION: "true"} if default else {}
+    return {
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {
+            "provisioner": provisioner,
+            "reclaimPolicy": reclaim,
+            "parameters": {"addresses": list(addresses or ("198.51.100.0/29",))},
+        },
+    }
+
+
+def make_claim(name: str, class_name: str | None = None, family: str = "IPv4") -> Obj:
+    spec: Obj = {"family": family}
+    if class_name:
+        spec["className"] = class_name
+    return {"metadata": {"name": name, "namespace": NS}, "spec": spec}
+
+
+def make_service(name: str, claim: str | None) -> Obj:
+    annotations = {CLAIM_ANNOTATION: claim} if claim else {}
+    return {
+        "metadata": {"name": name, "namespace": NS, "annotations": annotations},
+        "spec": {"type": "LoadBalancer", "ports": [{"port": 80}]},
+    }
+
+
+def world(*classes: Obj) -> Store:
+    store = Store(SubstrateModel())
+    for address_class in classes:
+        store.put(CLASSES, address_class)
+    return store
+
+
+def claim_status(store: Store, name: str) -> Obj:
+    claim = store.get(CLAIMS, name, NS)
+    assert claim is not None
+    status: Obj = claim.get("status") or {}
+    return status
+
+
+def reason(store: Store, name: str, type_: str) -> str:
+    conditions = claim_status(store, name).get("conditions") or []
+    return next(str(c["reason"]) for c in conditions if c["type"] == type_)
+
+
+def ips(store: Store, name: str) -> list[str]:
+    return [str(a["address"]) for a in claim_status(store, name).get("addresses") or []]
+
+
+def pin(store: Store, service: str) -> str | None:
+    obj = store.get(SERVICES, service, NS)
+    assert obj is not None
+    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(METALLB_IPS_ANNOTATION)
+    return str(value) if value is not None else None
+
+
+def associated(store: Store, address: str) -> str | None:
+    obj = store.get(ADDRESSES, address)
+    assert obj is not None
+    to = (obj.get("status") or {}).get("associatedTo")
+    return str(to["name"]) if to else None
+
+
+def bound_claim(*classes: Obj, claim: Obj | None = None) -> Store:
+    store = world(*(classes or (make_class("public", default=True),)))
+    store.put(CLAIMS, claim or make_claim("c1"))
+    store.settle()
+    return store
+
+
+# --- scenarios -----------------------------------------------------------------------------------
+
+
+def no_default() -> Store:
+    return bound_claim(make_class("public"))
+
+
+def two_defaults() -> Store:
+    return bound_claim(make_class("a", default=True), make_class("b", "203.0.113.0/29", default=True))
+
+
+def class_not_found() -> Store:
+    return bound_claim(claim=make_claim("c1", "missing"))
+
+
+def class_sticks() -> Store:
+    store = bound_claim(make_class("a", default=True))
+    store.put(CLASSES, make_class("b", "203.0.113.0/29", default=True))
+    store.update(CLASSES, "a", None, {"metadata": {"annotations": {DEFAULT_CLASS_ANNOTATION: None}}})
+    store.settle()
+    return store
+
+
+def exhausted() -> Store:
+    store = bound_claim(make_class("public", "198.51.100.1/32", default=True))
+    store.put(CLAIMS, make_claim("c2"))
+    store.settle()
+    return store
+
+
+def taken_by_another() -> Store:
+    store = world(make_class("public", default=True))
+    store.put(ADDRESSES, {"metadata": {"name": "198.51.100.1"}, "spec": {}}, seen=False)
+    store.put(CLAIMS, make_claim("c1"))
+    store.settle()
+    return store
+
+
+def with_service(*services: str, claim: Obj | None = None) -> Store:
+    store = bound_claim(claim=claim)
+    for name in services:
+        store.put(SERVICES, make_service(name, "c1"))
+    store.settle()
+    return store
+
+
+def service_deleted() -> Store:
+    store = with_service("s1")
+    store.delete(SERVICES, "s1", NS)
+    store.settle()
+    return store
+
+
+def annotation_dropped() -> Store:
+    store = with_service("s1")
+    store.update(SERVICES, "s1", NS, {"metadata": {"annotations": {CLAIM_ANNOTATION: None}}})
+    store.settle()
+    return store
+
+
+def first_service_gone() -> Store:
+    store = with_service("s1", "s2")
+    store.delete(SERVICES, "s1", NS)
+    store.settle()
+    return store
+
+
+def claim_deleted(reclaim: str) -> Store:
+    store = bound_claim(make_class("public", default=True, reclaim=reclaim))
+    store.put(SERVICES, make_service("s1", "c1"))
+    store.settle()
+    store.delete(CLAIMS, "c1", NS)
+    store.settle()
+    return store
+
+
+def pending_claim_service() -> Store:
+    store = world(make_class("public", "198.51.100.1/32", default=True))
+    store.put(CLAIMS, make_claim("c0"))
+    store.put(CLAIMS, make_claim("c1"))
+    store.put(SERVICES, make_service("s1", "c1"))
+    store.settle()
+    return store
+
+
+def dual_service() -> Store:
+    store = bound_claim(
+        make_class("dual", "2001:db8::/126", "198.51.100.0/29", default=True),
+        claim=make_claim("c1", family="Dual"),
+    )
+    store.put(SERVICES, make_service("s1", "c1"))
+    store.settle()
+    return store
+
+
+def pools() -> Store:
+    store = world(make_class("public", "198.51.100.0/28"), make_class("other", provisioner="x.example"))
+    store.settle()
+    return store
+
+
+def rendered(store: Store, resource: Resource) -> dict[str, Obj]:
+    return {key[2]: obj["spec"] for key, (_, obj) in store.objects.items() if key[0] == resource.plural}
+
+
+V4 = "198.51.100.1"
+Probe = Callable[[Store], object]
+
+
+@pytest.mark.parametrize(
+    ("scenario", "probe", "expected"),
+    [
+        pytest.param(
+            no_default,
+            lambda s: (claim_status(s, "c1")["phase"], reason(s, "c1", "ClassResolved"), ips(s, "c1")),
+            ("Pending", "NoDefaultClass", []),
+            id="no default class: NoDefaultClass, Pending",
+        ),
+        pytest.param(
+            bound_claim,
+            lambda s: (claim_status(s, "c1")["className"], reason(s, "c1", "ClassResolved")),
+            ("public", "Resolved"),
+            id="one default class: the claim resolves to it",
+        ),
+        pytest.param(
+            two_defaults,
+            lambda s: (reason(s, "c1", "ClassResolved"), "className" in claim_status(s, "c1")),
+            ("MultipleDefaultClasses", False),
+            id="two default classes: MultipleDefaultClasses, never a guess",
+        ),
+        pytest.param(
+            class_not_found,
+            lambda s: (claim_status(s, "c1")["phase"], reason(s, "c1", "ClassResolved")),
+            ("Pending", "ClassNotFound"),
+            id="a named class missing: ClassNotFound",
+        ),
+        pytest.param(
+            class_sticks,
+            lambda s: (claim_status(s, "c1")["className"], ips(s, "c1")),
+            ("a", [V4]),
+            id="status.className sticks when the default moves",
+        ),
+        pytest.param(
+            bound_claim,
+            lambda s: (
+                s.get(CLAIMS, "c1", NS)["metadata"]["annotations"][PROVISIONER_ANNOTATION],
+                s.get(CLAIMS, "c1", NS)["metadata"]["finalizers"],
+            ),
+            (METALLB_PROVISIONER, [CLAIM_PROTECTION_FINALIZER]),
+            id="the provisioner stamp (an annotation) and the claim-protection finalizer",
+        ),
+        pytest.param(
+            bound_claim,
+            lambda s: (
+                claim_status(s, "c1")["phase"],
+                claim_status(s, "c1")["addresses"],
+                reason(s, "c1", "Bound"),
+            ),
+            ("Bound", [{"name": V4, "address": V4}], "Bound"),
+            id="IPv4: Bound to the first host address, named from the IP",
+        ),
+        pytest.param(
+            bound_claim,
+            lambda s: (
+                s.get(ADDRESSES, V4)["spec"],
+                s.get(ADDRESSES, V4)["status"]["phase"],
+            ),
+            (
+                {
+                    "address": V4,
+                    "className": "public",
+                    "claimRef": {"namespace": NS, "name": "c1", "uid": "uid-2"},
+                    "reclaimPolicy": "Retain",
+                    "source": {"fromClass": {}},
+                },
+                "Bound",
+            ),
+            id="the address: claimRef completed with the claim's UID, class, reclaim policy, fromClass",
+        ),
+        pytest.param(
+            lambda: bound_claim(
+                make_class("v6", "2001:db8::/126", default=True), claim=make_claim("c1", family="IPv6")
+            ),
+            lambda s: claim_status(s, "c1")["addresses"],
+            [{"name": "2001-db8--1", "address": "2001:db8::1"}],
+            id="IPv6: named with '-' for ':'",
+        ),
+        pytest.param(
+            lambda: bound_claim(
+                make_class("dual", "2001:db8::/126", "198.51.100.0/29", default=True),
+                claim=make_claim("c1", family="Dual"),
+            ),
+            lambda s: (claim_status(s, "c1")["phase"], ips(s, "c1")),
+            ("Bound", [V4, "2001:db8::1"]),
+            id="Dual: two addresses, IPv4 first",
+        ),
+        pytest.param(
+            lambda: bound_claim(make_class("v4only", default=True), claim=make_claim("c1", family="Dual")),
+            lambda s: (claim_status(s, "c1")["phase"], ips(s, "c1"), reason(s, "c1", "Bound")),
+            ("Pending", [V4], "WaitingForProvisioning"),
+            id="Dual from a class without IPv6: Pending with the one it has",
+        ),
+        pytest.param(
+            exhausted,
+            lambda s: (
+                claim_status(s, "c2")["phase"],
+                reason(s, "c2", "Bound"),
+                "no free IPv4" in str(claim_status(s, "c2")["conditions"]),
+            ),
+            ("Pending", "WaitingForProvisioning", True),
+            id="class exhausted: the claim stays Pending and says why",
+        ),
+        pytest.param(
+            taken_by_another,
+            lambda s: (ips(s, "c1"), "198.51.100.1" in s.model.taken),
+            (["198.51.100.2"], True),
+            id="409 on the IP's name: the next IP",
+        ),
+        pytest.param(
+            lambda: with_service("s1"),
+            lambda s: (pin(s, "s1"), associated(s, V4)),
+            (V4, "s1"),
+            id="an annotated Service: pinned, and the address associated to it",
+        ),
+        pytest.param(
+            dual_service,
+            lambda s: (pin(s, "s1"), associated(s, V4), associated(s, "2001-db8--1")),
+            (f"{V4},2001:db8::1", "s1", "s1"),
+            id="Dual: both addresses pinned, comma-separated, both associated",
+        ),
+        pytest.param(
+            service_deleted,
+            lambda s: (
+                associated(s, V4),
+                claim_status(s, "c1")["phase"],
+                s.get(ADDRESSES, V4)["status"]["phase"],
+            ),
+            (None, "Bound", "Bound"),
+            id="the Service deleted: associatedTo cleared, the address still bound",
+        ),
+        pytest.param(
+            annotation_dropped,
+            lambda s: (associated(s, V4), pin(s, "s1")),
+            (None, None),
+            id="the annotation dropped: associatedTo cleared and the pin removed",
+        ),
+        pytest.param(
+            lambda: with_service("s1", "s2"),
+            lambda s: (pin(s, "s1"), pin(s, "s2"), associated(s, V4)),
+            (V4, None, "s1"),
+            id="a second Service on the same claim: not pinned",
+        ),
+        pytest.param(
+            first_service_gone,
+            lambda s: (pin(s, "s2"), associated(s, V4)),
+            (V4, "s2"),
+            id="the first Service gone: the second becomes the claim's",
+        ),
+        pytest.param(
+            pending_claim_service,
+            lambda s: (claim_status(s, "c1")["phase"], pin(s, "s1")),
+            ("Pending", None),
+            id="a Service naming a Pending claim: no pin",
+        ),
+        pytest.param(
+            lambda: claim_deleted("Retain"),
+            lambda s: (
+                s.get(CLAIMS, "c1", NS),
+                s.get(ADDRESSES, V4)["status"],
+                s.get(ADDRESSES, V4)["spec"]["claimRef"]["name"],
+                pin(s, "s1"),
+            ),
+            (None, {"phase": "Released"}, "c1", None),
+            id="Retain: the claim goes, its address Released (claimRef kept, not associated, unpinned)",
+        ),
+        pytest.param(
+            lambda: claim_deleted("Delete"),
+            lambda s: (s.get(CLAIMS, "c1", NS), s.get(ADDRESSES, V4)),
+            (None, None),
+            id="Delete: the claim goes, and its address with it",
+        ),
+        pytest.param(
+            pools,
+            lambda s: (rendered(s, POOLS), rendered(s, L2_ADVERTISEMENTS)),
+            (
+                {"public": {"addresses": ["198.51.100.0/28"], "autoAssign": False, "avoidBuggyIPs": False}},
+                {"public": {"ipAddressPools": ["public"]}},
+            ),
+            id="one pool (autoAssign false) and one L2Advertisement per class of the driver's",
+        ),
+    ],
+)
+def test_model(scenario: Callable[[], Store], probe: Probe, expected: object) -> None:
+    assert probe(scenario()) == expected
+
+
+def test_claim_protection_holds_the_claim_until_its_addresses_are_reclaimed() -> None:
+    store = bound_claim()
+    store.delete(CLAIMS, "c1", NS)
+    claim = store.get(CLAIMS, "c1", NS)
+    assert claim is not None
+    assert claim["metadata"]["finalizers"] == [CLAIM_PROTECTION_FINALIZER]
+    writes = store.model.plan(NOW)
+    # The address is released before the finalizer goes (the finalizer waits for the next pass).
+    assert [(w.verb, w.resource.plural) for w in writes] == [("status", "ipaddresses")]
+    store.settle()
+    assert store.get(CLAIMS, "c1", NS) is None
+
+
+def test_a_class_being_gone_does_not_rebind() -> None:
+    store = bound_claim()
+    store.delete(CLASSES, "public")
+    store.settle()
+    assert (claim_status(store, "c1")["phase"], reason(store, "c1", "ClassResolved")) == (
+        "Bound",
+        "ClassNotFound",
+    )
+
+
+def test_a_second_pass_writes_nothing() -> None:
+    store = with_service("s1")
+    assert store.model.plan(NOW) == []
+
+
+def test_a_recreated_claim_of_the_same_name_gets_a_new_address() -> None:
+    store = claim_deleted("Retain")
+    store.put(CLAIMS, make_claim("c1"))
+    store.settle()
+    assert ips(store, "c1") == ["198.51.100.2"]
+
+
+def test_an_event_older_than_the_cache_is_ignored() -> None:
+    model = SubstrateModel()
+    newer = {"metadata": {"name": "public", "uid": "u", "resourceVersion": "7"}, "spec": {"provisioner": "b"}}
+    older = {"metadata": {"name": "public", "uid": "u", "resourceVersion": "6"}, "spec": {"provisioner": "a"}}
+    model.on_event(CLASSES, "MODIFIED", newer)
+    model.on_event(CLASSES, "MODIFIED", older)
+    assert model.classes["public"]["spec"]["provisioner"] == "b"
+
+
+@pytest.mark.parametrize(
+    ("ip", "name"),
+    [
+        ("198.51.100.7", "198.51.100.7"),
+        ("2001:db8::1", "2001-db8--1"),
+        ("2001:DB8:0:0:1::", "2001-0db8-0000-0000-0001-0000-0000-0000"),
+        ("::1", "0000-0000-0000-0000-0000-0000-0000-0001"),
+    ],
+)
+def test_address_name(ip: str, name: str) -> None:
+    assert address_name(ip) == name
