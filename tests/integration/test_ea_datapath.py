@@ -36,7 +36,7 @@ from tests.ea_builders import (
     make_service,
     make_serviceproxy,
 )
-from tests.support.cozyproxy import CozyProxyModel, cozy_proxy
+from tests.support.cozyproxy import ENDPOINTS, CozyProxyModel, cozy_proxy
 from tests.support.ea_cluster import (
     ATTACHMENTS,
     CLASSES,
@@ -46,6 +46,7 @@ from tests.support.ea_cluster import (
     condition,
     ea_crds_and_node,
     ea_operator,
+    leading,
 )
 from tests.support.loadbalancer import load_balancer
 from tests.support.waiting import eventually, wait_for_object
@@ -248,7 +249,9 @@ class VMTenant:
     async def chart_service(self, name: str, selector: Mapping[str, str]) -> None:
         """The application's own cozy-proxy Service in PortList mode (a ``vm-instance`` with
         ``external: true``), asking MetalLB for CHART_ADDRESS from the hoster's pool, once MetalLB
-        assigned it."""
+        assigned it. It asks only once its Endpoints exist: the chart's Service is not ours, and
+        cozy-proxy's address-before-Endpoints race (which the model plays) would leave it
+        unprogrammed whatever the operator does."""
         await declare_pool(self.kube, CHART_POOL, [f"{CHART_ADDRESS}/32"], self.balancer.namespace)
         await self.balancer.wait_for_pool(CHART_POOL)
         body: dict[str, Any] = {
@@ -260,7 +263,6 @@ class VMTenant:
                 "annotations": {
                     "networking.cozystack.io/wholeIP": "false",
                     "networking.cozystack.io/allowICMP": "false",
-                    METALLB_IPS_ANNOTATION: CHART_ADDRESS,
                 },
             },
             "spec": {
@@ -273,6 +275,11 @@ class VMTenant:
         }
         await self.kube.create(SERVICES.path(self.namespace), body)
         self.charts.append(name)
+        await wait_for_object(
+            self.kube, ENDPOINTS, name, lambda e: e is not None, namespace=self.namespace, timeout=TIMEOUT
+        )
+        annotate = {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: CHART_ADDRESS}}}
+        await self.kube.patch(SERVICES.path(self.namespace, name), annotate, "merge")
         await wait_for_object(
             self.kube,
             SERVICES,
@@ -517,7 +524,10 @@ async def test_an_operator_restart_never_renders_a_loser(
             await model.wait_for(
                 lambda m: m.pod_reached(address) == "vm1-launcher", TIMEOUT, "the winner's path after restart"
             )
-        async with ea_operator(kube, cluster, tmp_path, log_name="third.log"):
+        async with ea_operator(kube, cluster, tmp_path, log_name="third.log") as third:
+            # Changes made while no operator runs are reported late, whatever it does: this part
+            # is about what the running operator publishes, so it changes the pods once it leads.
+            await leading(third)
             await vm.set_ready("vm1-launcher", False)
             await wait_condition(kube, ns, "a-winner", "Ready", "False", "NoReadyBackend")
             await vm.set_ready("vm1-launcher-2", True)

@@ -32,6 +32,7 @@ from tests.ea_builders import (
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process
+from tests.support.waiting import eventually
 
 GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
@@ -121,6 +122,20 @@ async def ea_operator(
     ) as running:
         yield running
         (check_on_exit or healthy_to_the_end)(running)
+
+
+async def leading(running: RunningOperator, timeout: float = 60.0) -> None:
+    """Until the operator leads (its ``leader_election_master_status`` reads 1): its controllers
+    run from then on, so what changes afterwards is its to report."""
+
+    async def leads() -> bool:
+        try:
+            samples = await running.scrape()
+        except Exception:  # its metrics server is not up yet (refused, whichever HTTP client)
+            return False
+        return samples.get(("leader_election_master_status", (("name", LEADER_ELECTION_ID),))) == 1
+
+    await eventually(leads, timeout=timeout, what="the operator to lead")
 
 
 def healthy_to_the_end(running: RunningOperator) -> None:
