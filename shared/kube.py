@@ -28,11 +28,14 @@ Decides how dead connections are found: every socket has TCP keepalive probes af
 ``TCP_KEEPALIVE_IDLE_SECONDS`` of silence and a ``TCP_USER_TIMEOUT`` (Linux), so a peer that vanished
 without a RST is noticed by the kernel in seconds, not hours; and because a peer that is there but
 forwards nothing (a proxy or load balancer that lost its flows: the fault proxy's model) answers
-keepalive probes, every call has its own application-level bound too. Whenever a call times out,
-the pools are retired (new calls dial afresh; calls in flight on the old ones finish or time out,
-then those connections close): a connection that carried nothing for that long makes every
-connection of that time suspect, and the re-list that follows a dead watch must not wait out its
-timeout on one of them.
+keepalive probes, every call has its own application-level bound too. Whenever a call times out
+(or is cancelled waiting for its answer: a caller's deadline), the pools are retired: new calls
+dial afresh, and calls in flight on the old ones finish or time out before those connections close.
+A connection that carried nothing for that long makes every connection of its time suspect, and
+the next call (a lease renewal, the re-list after a dead watch) must not wait out its timeout on
+one of them. A watch silent past its idle bound retires them at once: the server ends every watch
+on time, so that watch's connection died without a word, and calls in flight on connections of
+its time fail now (as after a reset) instead of at their timeouts.
 
 Decides who re-authenticates, and when: a **401** (the credentials are not, or no longer, valid: an
 expired token, an exec plugin's new one) has kr8s re-read them (``auth.reauthenticate``; once for
@@ -583,6 +586,9 @@ class Kube:
         except TimeoutError:
             self._retire()
             raise kr8s.APITimeoutError(f"no answer to {method} {_path_of(target)} in time") from None
+        except asyncio.CancelledError:
+            self._retire()  # a caller's deadline, most likely: what it waited on is suspect too
+            raise
         except aiohttp.ClientConnectorCertificateError:
             self._retire()  # built from credentials since replaced, perhaps: rebuild
             raise
@@ -592,9 +598,13 @@ class Kube:
         try:
             return await reading
         except TimeoutError:
-            self._retire()
             if idle is not None:
+                # The server ends every watch in time: this one's connection died without a word,
+                # and so, most likely, did every connection of its time; calls waiting on them fail
+                # now instead of at their timeouts.
+                self._retire(at_once=True)
                 raise kr8s.APITimeoutError(f"no data on the watch of {path} for {idle:g}s") from None
+            self._retire()
             raise kr8s.APITimeoutError(f"no answer from {path} in time") from None
 
     async def _pools_now(self, auth: Any) -> _Pools:
@@ -613,8 +623,9 @@ class Kube:
             pools = self._pools
         return pools
 
-    def _retire(self) -> None:
-        """New calls dial afresh; the retired pools close once calls in flight on them are done."""
+    def _retire(self, *, at_once: bool = False) -> None:
+        """New calls dial afresh; the retired pools close once calls in flight on them are done (or
+        ``at_once``: those calls fail now, as after a broken connection)."""
         pools, self._pools = self._pools, None
         if pools is None:
             return
@@ -626,7 +637,8 @@ class Kube:
             return
 
         async def close_later() -> None:
-            await asyncio.sleep(max(RETIRED_POOL_GRACE_SECONDS, self.timeout.read * 2))
+            if not at_once:
+                await asyncio.sleep(max(RETIRED_POOL_GRACE_SECONDS, self.timeout.read * 2))
             await pools.close()
 
         task = loop.create_task(close_later())

@@ -60,6 +60,14 @@ async def answers(kube: Kube) -> bool:
     return found is not None and found["metadata"]["name"] == "default"
 
 
+async def connected(proxy: FaultProxy, client: Kube) -> int:
+    """The proxy's open connections once ``client`` got an answer through it (one at least: its
+    kept connection)."""
+    assert await answers(client)
+    assert proxy.connections >= 1
+    return proxy.connections
+
+
 def now() -> float:
     return asyncio.get_running_loop().time()
 
@@ -100,9 +108,7 @@ async def test_refuse_closes_connections_and_fails_fast(proxy: FaultProxy, proxi
 async def test_blackhole_times_calls_out_on_open_and_new_connections(
     proxy: FaultProxy, proxied: Kube
 ) -> None:
-    assert await answers(proxied)
-    open_before = proxy.connections
-    assert open_before >= 1
+    open_before = await connected(proxy, proxied)
 
     await proxy.set_mode(Mode.BLACKHOLE)
     # The open connection stays open (no reset tells the client anything) and answers nothing.
@@ -119,6 +125,25 @@ async def test_blackhole_times_calls_out_on_open_and_new_connections(
 
     await proxy.set_mode(Mode.FORWARD)
     assert await answers(proxied)
+
+
+async def test_strand_leaves_open_connections_half_open_and_serves_new_ones(
+    proxy: FaultProxy, proxied: Kube
+) -> None:
+    open_before = await connected(proxy, proxied)
+
+    assert proxy.strand() == open_before
+    assert proxy.mode is Mode.FORWARD  # the mode is unchanged: new connections are forwarded
+    # The kept connection stays open (no reset tells the client anything) and answers nothing...
+    with pytest.raises(kr8s.APITimeoutError):
+        await proxied.get(PROBE)
+    # The timeout retired the client's pool: its next call dials a new connection, which is served.
+    accepted = proxy.accepted
+    started = now()
+    assert await answers(proxied)
+    assert now() - started < CLIENT_TIMEOUT_SECONDS
+    assert proxy.accepted == accepted + 1
+    assert proxy.connections > proxy.stranded
 
 
 async def test_hang_serves_open_connections_and_holds_new_ones(

@@ -450,3 +450,29 @@ async def test_a_kubeconfig_proxy_url_is_where_the_watch_goes() -> None:
     # The proxy is asked for the API server's URL (absolute form), as an HTTP proxy is.
     assert request.target.startswith("http://kube.example:6443/api/v1/namespaces/ns/configmaps?")
     assert request.headers["authorization"] == "Bearer first"
+
+
+async def test_a_silent_watch_fails_the_calls_waiting_on_connections_of_its_time_at_once() -> None:
+    silent_watch = Answer([ok_head() + chunked(LINES[0])[:-5]], hold=True)
+    unanswered = Answer([], hold=True)
+    async with serving(unanswered, silent_watch) as server:
+        kube, _ = kube_for(server)
+        waiting = asyncio.create_task(kube.get(CONFIGMAPS.path("ns", "a")))  # timeout: 30s
+        while not server.requests:  # noqa: ASYNC110 - the scripted server has no event for it
+            await asyncio.sleep(0)
+        with pytest.raises(kr8s.APITimeoutError):
+            await kinds_until_failure(kube.watch(CONFIGMAPS.path("ns"), idle_timeout=IDLE), [])
+        async with asyncio.timeout(DEADLINE):
+            with pytest.raises(NO_ANSWER):
+                await waiting
+        await kube.close()
+
+
+async def test_a_call_cancelled_while_waiting_retires_the_pools() -> None:
+    async with serving(Answer([], hold=True)) as server:
+        kube, _ = kube_for(server)
+        with pytest.raises(TimeoutError):
+            async with asyncio.timeout(IDLE):  # a caller's own deadline (a lease renewal's, say)
+                await kube.get(CONFIGMAPS.path("ns", "a"))
+        assert kube._pools is None  # the next call dials afresh
+        await kube.close()
