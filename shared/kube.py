@@ -103,8 +103,8 @@ class Timeout:
 
 
 DEFAULT_TIMEOUT: Final = Timeout()
-# A watch with no idle bound of its own may stay silent for its whole timeoutSeconds: the server
-# closes it then, so this much more is a dead connection, not a quiet one.
+# A watch may stay silent for its whole timeoutSeconds: the server closes it then, so this much more
+# is a dead connection, not a quiet one (the informers' idle bound too).
 WATCH_IDLE_GRACE_SECONDS: Final = 3.0
 # How much aiohttp buffers of one answer before it stops reading the socket: a burst of watch events
 # (or a LIST page's next few hundred kilobytes) costs one read, not one per event.

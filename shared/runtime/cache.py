@@ -83,11 +83,12 @@ from collections.abc import (
 )
 from typing import Any, Final, Protocol
 
-from shared.kube import NO_ANSWER, ApiError, Kube, Obj, Resource
+from shared.kube import NO_ANSWER, WATCH_IDLE_GRACE_SECONDS, ApiError, Kube, Obj, Resource
 
 __all__ = [
     "BACKOFF_INITIAL_SECONDS",
     "BACKOFF_MAX_SECONDS",
+    "WATCH_IDLE_GRACE_SECONDS",
     "ChangeHandler",
     "Fold",
     "Indexer",
@@ -120,8 +121,6 @@ HEALTHY_WATCH_SECONDS: Final = 30.0
 # docstring): the server's bookmark (2 s before the end) and the end itself are the watch's pulse.
 WATCH_TIMEOUT_MIN_SECONDS: Final = 5
 WATCH_TIMEOUT_MAX_SECONDS: Final = 7
-# A watch silent this much past its timeoutSeconds is dead: the server's end was due, and lost.
-WATCH_IDLE_GRACE_SECONDS: Final = 3.0
 # An open watch that heard nothing for this many times its longest idle bound is blind: the idle
 # bound did not end it, so the client is wedged (the manager's liveness check fails on it).
 BLIND_BOUND_FACTOR: Final = 2.0
