@@ -47,7 +47,7 @@ from operators.endpointattachment.constants import (
     IP_ADDRESS_CLASS_PLURAL,
     PROVIDER_METALLB,
 )
-from shared.kube import CRDS, NAMESPACES, ApiError, Kube, Obj, Resource
+from shared.kube import CRDS, NAMESPACES, NO_ANSWER, ApiError, Kube, Obj, Resource
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 TOOL_DIR: Final = ROOT / "hack" / "tools" / "metallb"
@@ -540,7 +540,7 @@ async def metallb(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
             if remove_pools and running.mirror is not None:
-                with contextlib.suppress(ApiError, ConnectionError, httpx.HTTPError, TimeoutError):
+                with contextlib.suppress(ApiError, *NO_ANSWER, httpx.HTTPError):
                     async with asyncio.timeout(10):
                         await running.mirror.remove_all()
         if process.returncode is None:

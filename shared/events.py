@@ -15,17 +15,14 @@ import socket
 from collections.abc import Mapping
 from typing import Any, Final
 
-import httpx
-import kr8s
-
-from shared.kube import EVENTS, ApiError, Obj
+from shared.kube import EVENTS, NO_ANSWER, ApiError, Obj
 from shared.runtime.writes import Writer
 
 log = logging.getLogger(__name__)
 
 # What "could not be posted" means: refused, timed out, or the connection failed. Anything else
 # (``NotLeader`` above all: this replica must stop writing) propagates.
-POST_FAILURES: Final = (ApiError, httpx.TransportError, kr8s.APITimeoutError, TimeoutError)
+POST_FAILURES: Final = (ApiError, *NO_ANSWER)
 
 
 async def post_event(

@@ -1,53 +1,58 @@
-"""A thin async Kubernetes client speaking plain JSON, for both operators and their tests.
+"""A thin async Kubernetes client speaking plain JSON over aiohttp, for both operators and their tests.
 
 Decides: how a resource maps to its URL path, which HTTP status means what (404 is "absent", not an
-error; 409 is a conflict the caller decides about), and the content type of each kind of patch.
+error; 409 is a conflict the caller decides about; every non-2xx becomes an ``ApiError`` here), and
+the content type of each kind of patch.
 
-Also decides how long a call may take: every request has a connect and a read timeout (the
-instance's, by default ``DEFAULT_TIMEOUT``); a watch has its own idle timeout (the longest a read of
-its stream may wait) apart from the server-side ``timeoutSeconds``. A call that gets no answer raises
-one of ``NO_ANSWER``: kr8s's ``APITimeoutError`` for any timeout (a request's, a watch's connect or
-idle timeout, a wait for a free pooled connection), httpx's ``TransportError`` for a refused or
-broken connection of a request (its own or kr8s's session's), an ``OSError`` for one of a watch
-(``WatchStreamError`` when the stream ends before its last chunk or is not HTTP/1.1 as read here).
+Decides how a call is sent: through aiohttp (its C parser reads every answer; no HTTP is parsed
+here), with the credentials kr8s loaded (``api.auth``: server URL, CA and client certificate in the
+TLS context kr8s builds, bearer token, ``tls-server-name``, a kubeconfig's ``proxy-url``, which
+aiohttp speaks as an HTTP proxy). Requests share one pool of kept-alive connections (at most
+``REQUEST_POOL_SIZE`` open; a request beyond it waits for one, under its timeout); watches have a
+pool of their own, so a long watch never holds a request's connection. No compression is asked for
+(the answers come from a server one hop away, and decompressing costs more CPU than it saves).
+Environment proxy variables are not read (kubectl's kubeconfig is the one source). A request on a
+kept connection the server closed before answering is sent once more on a new one by aiohttp when
+its method is idempotent (RFC 9112: GET, PUT, DELETE; a PUT carries its resourceVersion and a
+DELETE its preconditions, so a second one that arrives is refused, not applied twice); never a POST
+or PATCH: whether the server acted on it is unknown, the caller decides.
 
-Decides how a request is sent: not through kr8s's HTTP session (httpx builds, authenticates, pools
-and times each request at a cost several times the API server's answer) but on a kept-alive HTTP/1.1
-connection of our own, dialled as a watch's is (below): at most ``REQUEST_POOL_SIZE`` of them (and
-requests in flight), one request at a time each, the most recently used taken first; a request
-beyond the bound waits for one (under the pool timeout). An answer is read whole (Content-Length,
-chunked, or delimited by the connection's end); no compression is asked for. A request's read
-timeout is one ``asyncio.timeout`` around it, the connect timeout one around a dial. A kept
-connection the server closed while idle is not used; one that turns out closed before any byte of
-the answer carries a **GET** once more on a new connection, never a write (whether the server acted
-on it is unknown: the caller decides). A request carries the Authorization kr8s's session carries
-(kr8s replaces it when it re-reads the credentials), so a 401 means what it meant through that
-session. Kept connections are dropped whenever credentials are re-read.
+Decides how long a call may take: every request has a total timeout (the instance's ``Timeout``:
+``read`` for the whole call, waiting for a pooled connection included, ``connect`` for a dial); a
+watch has a connect timeout and an idle bound (the longest the stream may stay silent) apart from
+the server-side ``timeoutSeconds``. A call that gets no answer raises one of ``NO_ANSWER``: kr8s's
+``APITimeoutError`` for any timeout, aiohttp's ``ClientError`` (or an ``OSError``) for a refused or
+broken connection.
 
-Decides who re-authenticates, and when: every answer's status becomes an ``ApiError`` here. kr8s's
-own handling of an error status (on a 401 *or* a 403, re-read the credentials and replace its HTTP
-session, which cuts every stream open on it) is used for a **401 only**, and once per call: the call
-is sent again through kr8s's checking path (httpx: a 401 is rare), which re-reads the credentials
-(an expired token, an exec plugin's new one), replaces the session and retries. A 403 is a refusal
-(RBAC) with valid credentials, so it is raised at once and resets nothing: a read that may be
-forbidden (the KubeVirt CR) costs one request. A write answered 401 is safe to send again:
-authentication precedes everything else the server does with it.
+Decides how dead connections are found: every socket has TCP keepalive probes after
+``TCP_KEEPALIVE_IDLE_SECONDS`` of silence and a ``TCP_USER_TIMEOUT`` (Linux), so a peer that vanished
+without a RST is noticed by the kernel in seconds, not hours; and because a peer that is there but
+forwards nothing (a proxy or load balancer that lost its flows: the fault proxy's model) answers
+keepalive probes, every call has its own application-level bound too. Whenever a call times out
+(or is cancelled waiting for its answer: a caller's deadline), the pools are retired: new calls
+dial afresh, and calls in flight on the old ones finish or time out before those connections close.
+A connection that carried nothing for that long makes every connection of its time suspect, and
+the next call (a lease renewal, the re-list after a dead watch) must not wait out its timeout on
+one of them. A watch silent past its idle bound retires them at once: the server ends every watch
+on time, so that watch's connection died without a word, and calls in flight on connections of
+its time fail now (as after a reset) instead of at their timeouts.
 
-Decides how a watch is read: not through kr8s's HTTP session (httpx streams a watch at several
-reads and per-read timeout scopes per event) but over a connection of its own: one HTTP/1.1 request
-dialled with the credentials kr8s loaded (``api.auth``: server URL, CA, client certificate, bearer
-token, TLS server name), the chunked body taken in large reads (``WATCH_READ_BYTES``) and split on
-the newline byte, and the idle timeout kept by one watchdog timer per watch (``_IdleWatchdog``), not a
-timeout scope per read. A watch answered 401 has kr8s re-read the credentials
-(``auth.reauthenticate``) and dials once more. A kubeconfig naming a ``proxy-url`` (and an Api that
-is not kr8s's, as in tests) streams through kr8s's session instead, with the same line splitting;
-requests then go through that session too.
+Decides who re-authenticates, and when: a **401** (the credentials are not, or no longer, valid: an
+expired token, an exec plugin's new one) has kr8s re-read them (``auth.reauthenticate``; once for
+calls that failed together) and the call is sent once more; the pools are retired, since the TLS
+client certificate may have changed. A write answered 401 is safe to send again: authentication
+precedes everything else the server does with it. A **403** is a refusal (RBAC) with valid
+credentials: raised at once, it resets nothing (no pool, no watch). A **429** (API priority and
+fairness, or "storage is (re)initializing" right after a CRD is installed) is sent again after the
+``Retry-After`` the server names (capped at ``RETRY_AFTER_MAX_SECONDS``), up to
+``THROTTLED_RETRIES`` times; any verb, since a 429 means the server did not act on the call. The
+last 429 is raised with its ``retry_after``, for the caller's own backoff.
 
-Does not: cache, retry (but the one 401 retry, and a GET's one resend on a kept connection found
-closed), or interpret objects; load credentials (kubeconfig, exec plugins, in-cluster ServiceAccount
-tokens are kr8s's: everything here reads ``api.auth`` or goes through ``kr8s.asyncio.Api.call_api``,
-so that objects stay plain dicts the pure cores can read); follow redirects, pipeline requests, or
-speak HTTP/2 on its own connections (the API server answers itself, over HTTP/1.1 when asked to).
+Does not: cache, retry (but the one 401 retry, the 429 retries and aiohttp's one resend on a kept
+connection found closed), or interpret objects; load credentials (kubeconfig, exec plugins,
+in-cluster ServiceAccount tokens are kr8s's: everything here reads ``api.auth``, so that objects
+stay plain dicts the pure cores can read); follow redirects, or speak HTTP/2 (aiohttp has none; the
+API server answers HTTP/1.1).
 """
 
 from __future__ import annotations
@@ -55,17 +60,19 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import socket
 import ssl
 import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
-from urllib.parse import urlencode, urlsplit
+from urllib.parse import urlencode
 
-import httpx
+import aiohttp
 import kr8s
 import kr8s.asyncio
 from opentelemetry import trace
+from yarl import URL
 
 from shared.telemetry.tracing import note_write
 
@@ -84,64 +91,78 @@ _PATCH_CONTENT_TYPES: dict[PatchKind, str] = {
 DEFAULT_READ_TIMEOUT_SECONDS: Final = 30.0
 # A TCP + TLS handshake to a reachable API server takes milliseconds; longer means it is not there.
 DEFAULT_CONNECT_TIMEOUT_SECONDS: Final = 5.0
-DEFAULT_TIMEOUT: Final = httpx.Timeout(DEFAULT_READ_TIMEOUT_SECONDS, connect=DEFAULT_CONNECT_TIMEOUT_SECONDS)
-# A watch with no idle timeout of its own may stay silent for its whole timeoutSeconds: the server
-# closes it then, so this much more is a dead connection, not a quiet one.
-WATCH_IDLE_GRACE_SECONDS: Final = 10.0
-# One read of a watch stream takes up to this much: what TLS has decrypted by then (asyncio's TLS
-# layer hands over up to 256 KiB at a time), so a burst of events costs one read, not one per event.
-WATCH_READ_BYTES: Final = 262_144
-# A connection's buffer limit (a watch's or a request's): asyncio pauses the socket at twice this
-# unread, and it bounds the response head (status line and headers, well under a kilobyte from the
-# API server).
-CONNECTION_BUFFER_LIMIT: Final = WATCH_READ_BYTES
-# One read of a chunked answer to a request takes up to this much, as a watch's: a LIST page of a few
-# megabytes comes in a few dozen reads, not one per chunk.
-REQUEST_READ_BYTES: Final = WATCH_READ_BYTES
+
+
+@dataclass(frozen=True, slots=True)
+class Timeout:
+    """How long a call may take: ``read`` for a whole request (a watch has its idle bound instead),
+    ``connect`` for a dial (TCP and TLS)."""
+
+    read: float = DEFAULT_READ_TIMEOUT_SECONDS
+    connect: float = DEFAULT_CONNECT_TIMEOUT_SECONDS
+
+
+DEFAULT_TIMEOUT: Final = Timeout()
+# A watch may stay silent for its whole timeoutSeconds: the server closes it then, so this much more
+# is a dead connection, not a quiet one (the informers' idle bound too).
+WATCH_IDLE_GRACE_SECONDS: Final = 3.0
+# How much aiohttp buffers of one answer before it stops reading the socket: a burst of watch events
+# (or a LIST page's next few hundred kilobytes) costs one read, not one per event.
+READ_BUFFER_BYTES: Final = 262_144
 # Requests in flight (and connections kept) at once: the operators' workers and informers LIST and
 # write a few at a time, and the API server's per-client fairness gains nothing from more; a burst
-# beyond this waits for a connection (httpx's pool timeout) rather than opening more.
+# beyond this waits for a connection rather than opening more.
 REQUEST_POOL_SIZE: Final = 16
 # An error answer to a watch is one Status object (a few hundred bytes); more is not read.
 WATCH_ERROR_BODY_BYTES: Final = 65_536
-# A chunk-size line is a few hex digits; one this long without its CRLF is not HTTP.
-CHUNK_SIZE_LINE_BYTES: Final = 1_024
-# How often a watch is dialled for one call: once, and once more after a 401 made kr8s re-read the
-# credentials (a second 401 is an answer: the new credentials are not valid either).
-WATCH_DIAL_ATTEMPTS: Final = 2
-# Sent on each request of our own connections, so the API server's audit log tells them from kr8s's.
+# How often a call is sent after a 401: once more, after kr8s re-read the credentials (a second
+# 401 is an answer: the new credentials are not valid either).
+UNAUTHORIZED: Final = 401
+# A 429 is sent again this many times (client-go: up to 10) before it is the caller's.
+THROTTLED: Final = 429
+THROTTLED_RETRIES: Final = 3
+# The pause before sending a 429'd call again when the answer names none (or names no seconds).
+RETRY_AFTER_DEFAULT_SECONDS: Final = 1.0
+# The longest pause a Retry-After gets here: a server asking for more is down for longer than one
+# call should wait; the caller's backoff takes it from there.
+RETRY_AFTER_MAX_SECONDS: Final = 10.0
+# Sent on each request, so the API server's audit log tells this client's calls from kopf's.
 USER_AGENT: Final = "cozystack-operators/shared.kube"
 # An error answer that is not a Status object (a proxy's HTML page, say) is quoted up to this much.
 ERROR_TEXT_CHARS: Final = 500
-UNAUTHORIZED: Final = 401  # the credentials are not (or no longer) valid: worth re-reading them once
-
-
-LineBatch = list[bytes]  # the lines one read of a watch stream ended
-
-
-class WatchStreamError(ConnectionError):
-    """A watch stream broke: it ended before its last chunk, or is not HTTP/1.1 as read here."""
-
-
-# What a call that got no answer raises (see the module docstring). ``OSError`` covers a watch's own
-# connection (refused, reset, TLS failures, ``WatchStreamError``) and ``TimeoutError``, a caller's
-# own deadline around the call.
-NO_ANSWER: Final = (httpx.TransportError, kr8s.APITimeoutError, OSError)
+# TCP keepalive on every connection: the first probe after this much silence, then one every
+# interval, and the connection is dropped after that many unanswered (5 + 2 x 3 = 11 s).
+TCP_KEEPALIVE_IDLE_SECONDS: Final = 5
+TCP_KEEPALIVE_INTERVAL_SECONDS: Final = 2
+TCP_KEEPALIVE_PROBES: Final = 3
+# Linux: data sent and not acknowledged for this long drops the connection (a request written into
+# a dead network fails in seconds, not after the kernel's ~15 minutes of retransmissions).
+TCP_USER_TIMEOUT_MS: Final = 10_000
+# A retired pool is closed this much after its retirement: calls in flight on it finish meanwhile
+# (or time out: no request outlives its read timeout, which this must exceed).
+RETIRED_POOL_GRACE_SECONDS: Final = DEFAULT_READ_TIMEOUT_SECONDS * 2
 
 
 class ApiError(Exception):
-    """A non-2xx answer from the API server, with its HTTP status and the Status object's reason."""
+    """A non-2xx answer from the API server, with its HTTP status and the Status object's reason;
+    ``retry_after``: the seconds its Retry-After header named (a 429's, a 503's), if any."""
 
-    def __init__(self, status: int, reason: str, message: str) -> None:
+    def __init__(self, status: int, reason: str, message: str, retry_after: float | None = None) -> None:
         super().__init__(f"{status} {reason}: {message}")
         self.status = status
         self.reason = reason
         self.message = message
+        self.retry_after = retry_after
 
     @property
     def transient(self) -> bool:
         """Worth retrying: throttled, timed out or a server-side failure; never a refusal."""
         return self.status in (429, 504) or self.status >= 500
+
+
+# What a call that got no answer raises (see the module docstring). ``OSError`` covers a refused or
+# reset connection aiohttp did not wrap, and ``TimeoutError``, a caller's own deadline around a call.
+NO_ANSWER: Final = (aiohttp.ClientError, kr8s.APITimeoutError, OSError)
 
 
 class Lines:
@@ -156,17 +177,8 @@ class Lines:
     def __init__(self) -> None:
         self._start: list[bytes] = []  # the pieces of a line not yet ended
 
-    def feed(self, data: bytes) -> list[bytes]:
-        """The lines ``data`` ends (empty ones included; the caller skips them)."""
-        return self._split(data)
-
-    def rest(self) -> bytes:
-        """What came after the last newline: a last line the stream did not end."""
-        rest = b"".join(self._start)
-        self._start.clear()
-        return rest
-
-    def _split(self, payload: bytes) -> list[bytes]:
+    def feed(self, payload: bytes) -> list[bytes]:
+        """The lines ``payload`` ends (empty ones included; the caller skips them)."""
         start = self._start
         if b"\n" not in payload:
             if payload:
@@ -182,351 +194,43 @@ class Lines:
             start.append(unended)
         return lines
 
-
-class _Chunks:
-    """HTTP/1.1 chunked framing in (as read from the connection), the chunks' data out.
-
-    Each chunk is a hex size line, CRLF, that many bytes, CRLF; a zero-size chunk ends the body
-    (``done``; what came after its size line in that read is kept as ``trailer``, for a reader that
-    must take the trailer section off a connection it keeps). A size line, a chunk, or the CRLF after
-    it may be split across reads anywhere. Chunk extensions (``;name=value`` after the size) are
-    ignored."""
-
-    __slots__ = ("_head", "_left", "done", "trailer")
-
-    def __init__(self) -> None:
-        self._head = b""  # the start of a size line whose CRLF has not come yet
-        self._left = 0  # bytes still to come of the current chunk: its data, then its 2-byte CRLF
-        self.done = False  # the zero-size chunk came
-        self.trailer = b""  # what followed the zero-size chunk's size line, in the read that ended it
-
-    def feed(self, data: bytes) -> bytes:
-        """The chunk data ``data`` carries (nothing once ``done``)."""
-        if self.done:
-            return b""
-        if self._head:
-            data = self._head + data
-            self._head = b""
-        payload: list[bytes] = []
-        left = self._left
-        pos, end = 0, len(data)
-        while pos < end:
-            if left:
-                if left > 2:  # chunk data
-                    stop = min(pos + left - 2, end)
-                    payload.append(data[pos:stop])
-                    left -= stop - pos
-                    pos = stop
-                    if pos == end:
-                        break
-                # The CRLF after the data: ``left`` is 2 (both still to come) or 1 (just LF).
-                crlf = b"\r\n"[2 - left : 2 - left + min(left, end - pos)]
-                if not data.startswith(crlf, pos):
-                    raise WatchStreamError("chunked body: no CRLF after a chunk's data")
-                pos += len(crlf)
-                left -= len(crlf)
-                continue
-            eol = data.find(b"\r\n", pos)
-            if eol < 0:
-                self._head = data[pos:]
-                if len(self._head) > CHUNK_SIZE_LINE_BYTES:
-                    raise WatchStreamError("chunked body: a chunk-size line with no end")
-                break
-            size = _chunk_size(data[pos:eol])
-            pos = eol + 2
-            if not size:
-                self.done = True
-                self.trailer = data[pos:]
-                break
-            left = size + 2
-        self._left = left
-        if len(payload) == 1:
-            return payload[0]
-        return b"".join(payload)
+    def rest(self) -> bytes:
+        """What came after the last newline: a last line the stream did not end."""
+        rest = b"".join(self._start)
+        self._start.clear()
+        return rest
 
 
-class ChunkedLines(Lines):
-    """An HTTP/1.1 chunked body in (as read from the connection), its complete lines out.
-
-    The framing is ``_Chunks``'s; a zero-size chunk ends the body (``done``; what follows it,
-    trailers, is not read)."""
-
-    __slots__ = ("_chunks",)
-
-    def __init__(self) -> None:
-        super().__init__()
-        self._chunks = _Chunks()
-
-    @property
-    def done(self) -> bool:
-        """The zero-size chunk came."""
-        return self._chunks.done
-
-    def feed(self, data: bytes) -> list[bytes]:
-        payload = self._chunks.feed(data)
-        return self._split(payload) if payload else []
+def retry_after_seconds(header: str | None) -> float | None:
+    """A Retry-After header's delay in seconds, capped (None: no header, or not a number of seconds,
+    as the API server always sends it)."""
+    if header is None:
+        return None
+    try:
+        seconds = float(header.strip())
+    except ValueError:
+        return None
+    if seconds != seconds or seconds < 0:  # NaN, or negative: not a delay
+        return None
+    return min(seconds, RETRY_AFTER_MAX_SECONDS)
 
 
-def _chunk_size(line: bytes) -> int:
-    digits = line.split(b";", 1)[0].strip()
-    if not digits or digits.strip(b"0123456789abcdefABCDEF"):
-        raise WatchStreamError(f"chunked body: {line[:40]!r} is not a chunk size")
-    return int(digits, 16)
-
-
-def _parse_head(head: bytes, what: str) -> tuple[bytes, int, str, dict[bytes, bytes]]:
-    """A response head (through its blank line) as version, status, reason phrase, headers (names
-    lower-cased; a repeated header keeps its last value)."""
-    status_line, *header_lines = head[:-4].split(b"\r\n")
-    version, _, rest = status_line.partition(b" ")
-    code, _, phrase = rest.partition(b" ")
-    if not version.startswith(b"HTTP/1.") or not code.isdigit():
-        raise WatchStreamError(f"{what}: {status_line[:80]!r} is not an HTTP/1.1 status line")
-    headers: dict[bytes, bytes] = {}
-    for header in header_lines:
-        name, _, value = header.partition(b":")
-        headers[name.strip().lower()] = value.strip()
-    return version, int(code), phrase.decode("latin-1"), headers
-
-
-class _IdleWatchdog:
-    """Aborts a watch's connection once a read of it has waited ``idle`` seconds.
-
-    One timer per watch, re-armed only when it fires: a read marks when it started waiting
-    (``reading_since``) and when it returned (None), which costs two assignments and no timer
-    operation; the timer, when it fires, aborts the connection if the read pending has waited long
-    enough, or sets itself for when that read would have. The pending read then sees the connection
-    end, and ``expired`` tells that end from the server's."""
-
-    __slots__ = ("_handle", "_loop", "_transport", "expired", "idle", "reading_since")
-
-    def __init__(
-        self, loop: asyncio.AbstractEventLoop, transport: asyncio.WriteTransport, idle: float
-    ) -> None:
-        self._loop, self._transport, self.idle = loop, transport, idle
-        self.reading_since: float | None = None
-        self.expired = False
-        self._handle: asyncio.TimerHandle | None = loop.call_later(idle, self._fire)
-
-    def _fire(self) -> None:
-        since = self.reading_since
-        waited = 0.0 if since is None else self._loop.time() - since
-        if waited >= self.idle:
-            self.expired = True
-            self._handle = None
-            self._transport.abort()
-            return
-        self._handle = self._loop.call_later(self.idle - waited, self._fire)
-
-    def stop(self) -> None:
-        if self._handle is not None:
-            self._handle.cancel()
-            self._handle = None
-
-
-class _WatchConnection:
-    """One watch request on a connection of its own: the head, then the body's lines in batches."""
-
-    def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, idle: float) -> None:
-        self.reader, self.writer = reader, writer
-        self.loop = asyncio.get_running_loop()
-        self.watchdog = _IdleWatchdog(self.loop, writer.transport, idle)
-        self.status = 0
-        self.reason_phrase = ""
-        self.headers: dict[bytes, bytes] = {}
-
-    def close(self) -> None:
-        """At once: no TLS close_notify is waited for (a cancelled watch must not wait on the peer)."""
-        self.watchdog.stop()
-        self.writer.transport.abort()
-
-    def _timed_out(self) -> kr8s.APITimeoutError:
-        return kr8s.APITimeoutError(f"no data on the watch stream for {self.watchdog.idle:g}s")
-
-    async def _read(self, read: Callable[..., Awaitable[bytes]], *args: Any) -> bytes:
-        """One read of the connection under the watchdog. The connection's end reads as what came
-        before it (b"" for a plain read); the watchdog's as kr8s's ``APITimeoutError``."""
-        dog = self.watchdog
-        dog.reading_since = self.loop.time()
-        try:
-            data = await read(*args)
-        except asyncio.IncompleteReadError as error:
-            data = error.partial
-        except OSError:
-            if dog.expired:
-                raise self._timed_out() from None
-            raise
-        finally:
-            dog.reading_since = None
-        if not data and dog.expired:
-            raise self._timed_out()
-        return data
-
-    async def read_head(self) -> None:
-        try:
-            head = await self._read(self.reader.readuntil, b"\r\n\r\n")
-        except asyncio.LimitOverrunError:
-            raise WatchStreamError("watch: a response head longer than the buffer") from None
-        if not head.endswith(b"\r\n\r\n"):
-            raise WatchStreamError("watch: the connection closed before a whole response head came")
-        _, self.status, self.reason_phrase, self.headers = _parse_head(head, "watch")
-
-    async def batches(self) -> AsyncGenerator[LineBatch]:
-        """The body's lines, a batch per read; the last one the body did not end with a newline."""
-        chunked = b"chunked" in self.headers.get(b"transfer-encoding", b"").lower()
-        decoder = ChunkedLines() if chunked else None
-        lines = decoder or Lines()
-        read, size = self.reader.read, WATCH_READ_BYTES
-        while True:
-            data = await self._read(read, size)
-            if not data:
-                if decoder is not None:
-                    raise WatchStreamError("watch: the connection closed before the last chunk")
-                break  # a body delimited by the connection's end (we asked for Connection: close)
-            batch = lines.feed(data)
-            if batch:
-                yield batch
-            if decoder is not None and decoder.done:
-                break
-        last = lines.rest()
-        if last.strip():
-            yield [last]
-
-    async def error(self) -> ApiError:
-        """The non-200 answer as an ``ApiError``, from its Status object when it is one."""
-        parts: list[bytes] = []
-        length = self.headers.get(b"content-length")
-        with contextlib.suppress(OSError, kr8s.APITimeoutError):
-            if length is not None and length.isdigit():
-                wanted = min(int(length), WATCH_ERROR_BODY_BYTES)
-                parts.append(await self._read(self.reader.readexactly, wanted))
-            else:
-                async with contextlib.aclosing(self.batches()) as batches:
-                    async for batch in batches:
-                        parts += batch
-                        if sum(map(len, parts)) >= WATCH_ERROR_BODY_BYTES:
-                            break
-        return error_of(self.status, self.reason_phrase, b"\n".join(parts))
-
-
-@dataclass(frozen=True, slots=True)
-class _Server:
-    """The API server as kr8s's credentials name it, as dialled here: address, TLS, request prefix."""
-
-    host: str
-    port: int
-    tls: ssl.SSLContext | None
-    sni: str | None
-    host_header: str  # the Host header: the URL's host[:port]
-    base_path: str  # a path prefix the server URL carries ("" for most)
-
-
-class _DeadConnection(ConnectionError):
-    """A kept connection ended before any byte of the answer to a request sent on it."""
-
-
-@dataclass(slots=True)
-class _Answer:
-    status: int
-    phrase: str
-    content: bytes
-    keep: bool  # the connection may carry another request
-
-
-class _PooledConnection:
-    """One kept-alive HTTP/1.1 connection of ``_Pool``: one request on it at a time."""
-
-    __slots__ = ("generation", "reader", "server", "transport", "writer")
-
-    def __init__(
-        self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter, server: _Server, generation: int
-    ) -> None:
-        self.reader, self.writer, self.server, self.generation = reader, writer, server, generation
-        self.transport = writer.transport
-
-    def usable(self, generation: int) -> bool:
-        """Dialled with today's credentials, and the server has not closed it while it was idle."""
-        return self.generation == generation and not self.reader.at_eof() and not self.transport.is_closing()
-
-    def close(self) -> None:
-        """At once, as a watch's: no TLS close_notify is waited for."""
-        self.transport.abort()
-
-    async def exchange(self, request: bytes, method: str) -> _Answer:
-        """Send ``request`` (head and body), read the whole answer. ``_DeadConnection`` when the
-        connection ends before any byte of it came; ``WatchStreamError`` when it ends within it."""
-        reader = self.reader
-        self.writer.write(request)
-        while True:
-            try:
-                head = await reader.readuntil(b"\r\n\r\n")
-            except asyncio.IncompleteReadError as error:
-                if not error.partial:
-                    raise _DeadConnection("the connection closed before an answer came") from None
-                raise WatchStreamError("request: the connection closed within a response head") from None
-            except asyncio.LimitOverrunError:
-                raise WatchStreamError("request: a response head longer than the buffer") from None
-            except (ConnectionResetError, BrokenPipeError) as error:
-                raise _DeadConnection(f"the connection broke before an answer came: {error}") from None
-            version, status, phrase, headers = _parse_head(head, "request")
-            if status >= 200:  # an interim answer (1xx) is followed by the real one
-                break
-        keep = version == b"HTTP/1.1" and b"close" not in headers.get(b"connection", b"").lower()
-        encoding = headers.get(b"transfer-encoding")
-        length = headers.get(b"content-length")
-        if method == "HEAD" or status in (204, 304):
-            content = b""
-        elif encoding is not None and b"chunked" in encoding.lower():
-            content, clean = await self._chunked()
-            keep = keep and clean
-        elif length is not None:
-            if not length.isdigit():
-                raise WatchStreamError(f"request: {length[:40]!r} is not a Content-Length")
-            try:
-                content = await reader.readexactly(int(length))
-            except asyncio.IncompleteReadError:
-                raise WatchStreamError("request: the connection closed within a response body") from None
-        else:  # a body delimited by the connection's end
-            content, keep = await reader.read(), False
-        return _Answer(status, phrase, content, keep)
-
-    async def _chunked(self) -> tuple[bytes, bool]:
-        """A chunked body, and whether the connection ended cleanly after it (its trailer section
-        read through its blank line, nothing after it)."""
-        chunks, parts, read = _Chunks(), [], self.reader.read
-        while not chunks.done:
-            data = await read(REQUEST_READ_BYTES)
-            if not data:
-                raise WatchStreamError("request: the connection closed before the last chunk")
-            payload = chunks.feed(data)
-            if payload:
-                parts.append(payload)
-        rest = chunks.trailer
-        while not rest.startswith(b"\r\n") and b"\r\n\r\n" not in rest:
-            if len(rest) > WATCH_ERROR_BODY_BYTES:
-                raise WatchStreamError("request: a trailer section with no end")
-            data = await read(REQUEST_READ_BYTES)
-            if not data:
-                raise WatchStreamError("request: the connection closed within the trailer section")
-            rest += data
-        end = 2 if rest.startswith(b"\r\n") else rest.index(b"\r\n\r\n") + 4
-        return b"".join(parts), len(rest) == end
-
-
-class _Pool:
-    """Kept-alive connections to the API server for requests: at most ``size`` open (and requests
-    in flight); a request finding none idle dials one while under the bound, or waits for one."""
-
-    __slots__ = ("idle", "loop", "slots")
-
-    def __init__(self, loop: asyncio.AbstractEventLoop, size: int) -> None:
-        self.loop = loop  # connections belong to one event loop: another loop gets a pool of its own
-        self.idle: list[_PooledConnection] = []  # most recently used last: it is taken first
-        self.slots = asyncio.Semaphore(size)
-
-    def clear(self) -> None:
-        while self.idle:
-            self.idle.pop().close()
+def keepalive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
+    """A socket for aiohttp to connect (its ``socket_factory``): TCP keepalive probes and a user
+    timeout, so the kernel drops a connection to a vanished peer in seconds."""
+    family, kind, proto = addr_info[0], addr_info[1], addr_info[2]
+    sock = socket.socket(family=family, type=kind, proto=proto)
+    if family in (socket.AF_INET, socket.AF_INET6):
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_KEEPALIVE, 1)
+        for option, value in (
+            ("TCP_KEEPIDLE", TCP_KEEPALIVE_IDLE_SECONDS),
+            ("TCP_KEEPINTVL", TCP_KEEPALIVE_INTERVAL_SECONDS),
+            ("TCP_KEEPCNT", TCP_KEEPALIVE_PROBES),
+            ("TCP_USER_TIMEOUT", TCP_USER_TIMEOUT_MS),
+        ):
+            if hasattr(socket, option):  # Linux has them all; other systems keep their defaults
+                sock.setsockopt(socket.IPPROTO_TCP, getattr(socket, option), value)
+    return sock
 
 
 @dataclass(frozen=True)
@@ -563,35 +267,62 @@ CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespa
 CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False)
 
 
+class _Pools:
+    """The two aiohttp sessions of one event loop and one set of credentials: requests' (bounded)
+    and watches' (one connection per open watch, kept between watches)."""
+
+    __slots__ = ("loop", "requests", "watches")
+
+    def __init__(self, loop: asyncio.AbstractEventLoop, tls: ssl.SSLContext | bool) -> None:
+        self.loop = loop  # sessions belong to one event loop: another loop gets pools of its own
+        self.requests = self._session(tls, REQUEST_POOL_SIZE)
+        self.watches = self._session(tls, 0)
+
+    @staticmethod
+    def _session(tls: ssl.SSLContext | bool, limit: int) -> aiohttp.ClientSession:
+        connector = aiohttp.TCPConnector(
+            ssl=tls, limit=limit, socket_factory=keepalive_socket, enable_cleanup_closed=True
+        )
+        return aiohttp.ClientSession(
+            connector=connector,
+            cookie_jar=aiohttp.DummyCookieJar(),
+            skip_auto_headers=("Accept-Encoding",),
+            read_bufsize=READ_BUFFER_BYTES,
+            trust_env=False,
+        )
+
+    async def close(self) -> None:
+        await asyncio.gather(self.requests.close(), self.watches.close(), return_exceptions=True)
+
+
 class Kube:
-    """Plain-JSON verbs with kr8s's credentials, over connections of their own (kept ones for requests,
-    one per watch), or kr8s's session where those cannot serve (a proxy-url, an Api not kr8s's)."""
+    """Plain-JSON verbs with kr8s's credentials, over aiohttp (see the module docstring)."""
 
     def __init__(
         self,
         api: kr8s.asyncio.Api,
         tracer: trace.Tracer | None = None,
         *,
-        timeout: httpx.Timeout | None = None,
+        timeout: Timeout | None = None,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
         self.api = api
         # Every write becomes a child span of the current pass and marks that pass "changed".
         self.tracer = tracer
-        # Per request, never on kr8s's session: kr8s shares one Api (and session) between callers.
         self.timeout = timeout or DEFAULT_TIMEOUT
-        # The TLS context of our own connections, for the credential files it was built from (kr8s
-        # writes new files when it re-reads inline credentials); dropped whenever credentials are re-read.
-        self._tls: tuple[tuple[str, str, str], ssl.SSLContext] | None = None
-        # Which credentials the kept connections were dialled with: a re-read makes them all stale.
+        self._sleep = sleep  # the pause a 429's Retry-After asks for
+        self._pools: _Pools | None = None  # made on the first call
+        self._retired: set[asyncio.Task[None]] = set()  # pools closing after their grace
+        # Which credentials are in use: a 401 re-reads them once for every call that had them.
         self._generation = 0
-        self._pool: _Pool | None = None  # requests' kept connections (made on the first request)
+        self._reauthenticating: asyncio.Lock | None = None
 
     @classmethod
     async def connect(
         cls,
         kubeconfig: str | None = None,
         *,
-        timeout: httpx.Timeout | None = None,  # noqa: ASYNC109 - every request's, not this call's
+        timeout: Timeout | None = None,  # noqa: ASYNC109 - every request's, not this call's
     ) -> Kube:
         """From a kubeconfig path, or (None) the usual chain: $KUBECONFIG, ~/.kube/config, in-cluster."""
         with warnings.catch_warnings():
@@ -600,6 +331,17 @@ class Kube:
             warnings.filterwarnings("ignore", "Kubernetes version", UserWarning)
             api = await kr8s.asyncio.api(kubeconfig=kubeconfig) if kubeconfig else await kr8s.asyncio.api()
         return cls(api, timeout=timeout)
+
+    async def close(self) -> None:
+        """Close every connection (a process that ends need not: its sockets go with it)."""
+        pools, self._pools = self._pools, None
+        if pools is not None:
+            await pools.close()
+        for task in list(self._retired):
+            task.cancel()
+        await asyncio.gather(*self._retired, return_exceptions=True)
+
+    # --- the verbs -------------------------------------------------------------------------------
 
     async def request(
         self,
@@ -626,156 +368,6 @@ class Kube:
                 span.set_attribute("http.response.status_code", error.status)
                 raise
 
-    async def _send(
-        self, method: str, path: str, body: Any, params: Mapping[str, str] | None, content_type: str
-    ) -> Obj:
-        auth = getattr(self.api, "auth", None)
-        if auth is None or auth.proxy:  # as a watch: kr8s's session speaks the proxy
-            status, phrase, content = await self._call(method, path, body, params, content_type, False)
-        else:
-            payload = None if body is None else json.dumps(body).encode()
-            status, phrase, content = await self._request_direct(
-                auth, method, path, payload, params, content_type
-            )
-        if status == UNAUTHORIZED:
-            # kr8s's checking path: it re-reads the credentials, replaces its session and retries.
-            self._credentials_changed()
-            try:
-                status, phrase, content = await self._call(method, path, body, params, content_type, True)
-            except kr8s.ServerError as error:
-                raise _api_error(error) from None
-        if not 200 <= status < 300:
-            raise error_of(status, phrase, content)
-        return json.loads(content) if content else {}
-
-    async def _call(
-        self,
-        method: str,
-        path: str,
-        body: Any,
-        params: Mapping[str, str] | None,
-        content_type: str,
-        check: bool,
-    ) -> tuple[int, str, bytes]:
-        """One request through kr8s's session; ``check``: its checking (re-authenticating) path."""
-        base, _, rest = path.lstrip("/").partition("/")
-        kwargs: dict[str, Any] = {"params": dict(params or {}), "timeout": self.timeout}
-        if body is not None:
-            kwargs["content"] = json.dumps(body)
-            kwargs["headers"] = {"Content-Type": content_type}
-        if not check:
-            kwargs["raise_for_status"] = False
-        async with self.api.call_api(method, version="", base=f"/{base}", url=rest, **kwargs) as answer:
-            return answer.status_code, answer.reason_phrase, answer.content
-
-    async def _request_direct(
-        self,
-        auth: Any,
-        method: str,
-        path: str,
-        payload: bytes | None,
-        params: Mapping[str, str] | None,
-        content_type: str,
-    ) -> tuple[int, str, bytes]:
-        """One request on a kept connection of ``_Pool`` (see the module docstring)."""
-        loop = asyncio.get_running_loop()
-        pool = self._pool
-        if pool is None or pool.loop is not loop:
-            pool = self._pool = _Pool(loop, REQUEST_POOL_SIZE)
-        slots = pool.slots
-        if slots.locked():
-            try:
-                async with asyncio.timeout(self.timeout.pool):
-                    await slots.acquire()
-            except TimeoutError:
-                raise kr8s.APITimeoutError("no connection to the API server free in time") from None
-        else:
-            await slots.acquire()  # free: returns at once
-        try:
-            async with asyncio.timeout(self.timeout.read):
-                answer = await self._exchange(auth, pool, method, path, payload, params, content_type)
-        except TimeoutError:
-            raise kr8s.APITimeoutError(f"no answer to {method} {path} in time") from None
-        finally:
-            slots.release()
-        return answer.status, answer.phrase, answer.content
-
-    async def _exchange(
-        self,
-        auth: Any,
-        pool: _Pool,
-        method: str,
-        path: str,
-        payload: bytes | None,
-        params: Mapping[str, str] | None,
-        content_type: str,
-    ) -> _Answer:
-        """Send on an idle connection (or a new one); a GET once more on a new connection when a kept
-        one turns out closed before any byte of the answer. A write is never sent twice."""
-        target = f"{path}?{urlencode(params)}" if params else path
-        # What kr8s's session sends (kr8s replaces it when it re-reads the credentials), so that a
-        # request authenticates as it did through that session; without one, kr8s's token.
-        session = getattr(self.api, "_session", None)
-        authorization = session.headers.get("authorization") if session is not None else None
-        if authorization is None and auth.token:
-            authorization = f"Bearer {auth.token}"
-        idle, generation = pool.idle, self._generation
-        may_retry = method == "GET"
-        while True:
-            connection = None
-            while idle:
-                candidate = idle.pop()
-                if candidate.usable(generation):
-                    connection = candidate
-                    break
-                candidate.close()
-            kept = connection is not None
-            if connection is None:
-                try:
-                    server = await self._server(auth)
-                    reader, writer = await self._open(auth, server)
-                except TimeoutError:
-                    raise
-                except OSError as error:  # as through kr8s's session: httpx's TransportError
-                    raise httpx.ConnectError(f"{method} {path}: {error}") from error
-                connection = _PooledConnection(reader, writer, server, generation)
-            server = connection.server
-            head = _request_head(server, method, target, authorization, "keep-alive")
-            if payload is not None:
-                head += f"Content-Type: {content_type}\r\nContent-Length: {len(payload)}\r\n"
-            request = (head + "\r\n").encode("latin-1")
-            if payload is not None:
-                request += payload
-            try:
-                answer = await connection.exchange(request, method)
-            except _DeadConnection as error:
-                connection.close()
-                if kept and may_retry:
-                    may_retry = False
-                    continue
-                raise httpx.RemoteProtocolError(f"{method} {path}: {error}") from None
-            except TimeoutError:
-                connection.close()
-                raise
-            except OSError as error:  # broken within an answer, or not HTTP/1.1 as read here
-                connection.close()
-                raise httpx.RemoteProtocolError(f"{method} {path}: {error}") from error
-            except BaseException:
-                connection.close()  # cancelled or broken within an answer: not reusable
-                raise
-            if answer.keep:
-                idle.append(connection)
-            else:
-                connection.close()
-            return answer
-
-    def _credentials_changed(self) -> None:
-        """kr8s re-reads (or is about to re-read) the credentials: rebuild TLS, dial afresh."""
-        self._tls = None
-        self._generation += 1
-        if self._pool is not None:
-            self._pool.clear()
-
     async def get(self, path: str) -> Obj | None:
         """The object, or None when it (or its whole kind) is not there."""
         try:
@@ -794,9 +386,12 @@ class Kube:
         limit: int = 0,
         continue_: str = "",
         resource_version: str = "",
+        resource_version_match: str = "",
     ) -> Obj:
         """One LIST (page): ``limit`` and ``continue_`` page it (the answer's ``metadata.continue``
-        names the next page); ``resource_version`` as the API defines it ("" = a consistent read)."""
+        names the next page); ``resource_version`` and ``resource_version_match`` as the API
+        defines them ("" = a consistent read; "NotOlderThan" with a version: any state at least
+        that new, which the API server serves from its watch cache)."""
         params = {
             k: v
             for k, v in (
@@ -804,6 +399,7 @@ class Kube:
                 ("fieldSelector", field_selector),
                 ("continue", continue_),
                 ("resourceVersion", resource_version),
+                ("resourceVersionMatch", resource_version_match),
             )
             if v
         }
@@ -868,7 +464,7 @@ class Kube:
         """One watch request (bookmarks on): yields (type, object) until the server closes it.
 
         ``timeout_seconds`` is the server's: it ends the watch normally then. ``idle_timeout`` is
-        ours: the longest a read of the stream may wait (default: the server's timeout plus a grace),
+        ours: the longest the stream may stay silent (default: the server's timeout plus a grace),
         after which kr8s's ``APITimeoutError`` is raised. A non-200 answer raises ``ApiError`` (410
         Gone included); an ERROR event is yielded like any other."""
         params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
@@ -879,142 +475,194 @@ class Kube:
         if field_selector:
             params["fieldSelector"] = field_selector
         idle = idle_timeout if idle_timeout is not None else timeout_seconds + WATCH_IDLE_GRACE_SECONDS
-        auth = getattr(self.api, "auth", None)
-        if auth is None or auth.proxy:
-            batches = self._watch_through_session(path, params, idle)
-        else:
-            batches = self._watch_direct(auth, path, params, idle)
-        loads = json.loads
-        async with contextlib.aclosing(batches):
-            async for lines in batches:
-                for line in lines:
+        timeout = aiohttp.ClientTimeout(sock_connect=self.timeout.connect, sock_read=idle)
+        response = await self._answer("GET", path, params, None, "", timeout, watch=True)
+        clean = False
+        try:
+            if response.status != 200:
+                body = await self._timed(response.content.read(WATCH_ERROR_BODY_BYTES), path)
+                raise error_of(response.status, response.reason or "", body, _retry_after(response))
+            lines, loads, read = Lines(), json.loads, response.content.readany
+            while True:
+                data = await self._timed(read(), path, idle)
+                if not data:
+                    break
+                for line in lines.feed(data):
                     if line:
                         event = loads(line)
                         yield event["type"], event["object"]
-
-    async def _watch_direct(
-        self, auth: Any, path: str, params: Mapping[str, str], idle: float
-    ) -> AsyncGenerator[LineBatch]:
-        """The watch over a connection of its own (see the module docstring)."""
-        for attempt in range(1, WATCH_DIAL_ATTEMPTS + 1):
-            connection = await self._dial(auth, path, params, idle)
-            try:
-                await connection.read_head()
-                if connection.status == 200:
-                    break
-                error = await connection.error()
-            finally:
-                if connection.status != 200:
-                    connection.close()
-            if error.status != UNAUTHORIZED or attempt == WATCH_DIAL_ATTEMPTS:
-                raise error
-            self._credentials_changed()
-            await auth.reauthenticate()
-        try:
-            async with contextlib.aclosing(connection.batches()) as batches:
-                async for lines in batches:
-                    yield lines
+            clean = True
+            last = lines.rest()
+            if last.strip():
+                event = loads(last)
+                yield event["type"], event["object"]
         finally:
-            connection.close()
+            if clean:
+                response.release()  # read to its end: the connection carries the next watch
+            else:
+                response.close()  # at once: a cancelled watch must not wait on the peer
 
-    async def _dial(self, auth: Any, path: str, params: Mapping[str, str], idle: float) -> _WatchConnection:
-        """Connect (TCP, TLS with ALPN http/1.1) and send the watch request."""
-        server = await self._server(auth)
-        authorization = f"Bearer {auth.token}" if auth.token else None
-        head = _request_head(server, "GET", f"{path}?{urlencode(params)}", authorization, "close")
-        reader, writer = await self._open(auth, server)
-        connection = _WatchConnection(reader, writer, idle)
-        writer.write((head + "\r\n").encode("latin-1"))
-        return connection
+    # --- the machinery ---------------------------------------------------------------------------
 
-    async def _server(self, auth: Any) -> _Server:
-        """Where (and how) to dial the API server kr8s's credentials name."""
-        server = urlsplit(auth.server)
-        tls = await self._tls_context(auth) if server.scheme == "https" else None
-        host = server.hostname
-        if not host:  # kr8s is re-reading the credentials this moment, or they name no server
-            raise WatchStreamError(f"no API server address in {auth.server!r}")
-        port = server.port or (443 if tls is not None else 80)
-        sni = (auth.tls_server_name or host) if tls is not None else None
-        return _Server(host, port, tls, sni, server.netloc.rpartition("@")[2], server.path.rstrip("/"))
-
-    async def _open(self, auth: Any, server: _Server) -> tuple[asyncio.StreamReader, asyncio.StreamWriter]:
-        """A connection of our own (a watch's or a request's), under the connect timeout."""
+    async def _send(
+        self, method: str, path: str, body: Any, params: Mapping[str, str] | None, content_type: str
+    ) -> Obj:
+        payload = None if body is None else json.dumps(body).encode()
+        timeout = aiohttp.ClientTimeout(total=self.timeout.read, sock_connect=self.timeout.connect)
+        response = await self._answer(method, path, params, payload, content_type, timeout)
         try:
-            async with asyncio.timeout(self.timeout.connect):
-                return await asyncio.open_connection(
-                    server.host,
-                    server.port,
-                    ssl=server.tls,
-                    server_hostname=server.sni,
-                    limit=CONNECTION_BUFFER_LIMIT,
-                )
+            content = await self._timed(response.read(), path)
+        finally:
+            response.release()
+        if not 200 <= response.status < 300:
+            raise error_of(response.status, response.reason or "", content, _retry_after(response))
+        return json.loads(content) if content else {}
+
+    async def _answer(
+        self,
+        method: str,
+        path: str,
+        params: Mapping[str, str] | None,
+        payload: bytes | None,
+        content_type: str,
+        timing: aiohttp.ClientTimeout,
+        *,
+        watch: bool = False,
+    ) -> aiohttp.ClientResponse:
+        """The answer's head: after one re-read of the credentials on a 401 and up to
+        ``THROTTLED_RETRIES`` pauses on a 429 (see the module docstring). Its body is the caller's."""
+        reauthenticated, throttled = False, 0
+        target = f"{path}?{urlencode(params)}" if params else path
+        while True:
+            generation = self._generation
+            response = await self._dial(method, target, payload, content_type, timing, watch)
+            status = response.status
+            if status == UNAUTHORIZED and not reauthenticated:
+                reauthenticated = True
+            elif status == THROTTLED and throttled < THROTTLED_RETRIES:
+                throttled += 1
+            else:
+                return response
+            delay = _retry_after(response) if status == THROTTLED else None
+            with contextlib.suppress(*NO_ANSWER):
+                await self._timed(response.read(), path)  # a Status object: the connection is kept
+            response.release()
+            if status == UNAUTHORIZED:
+                await self._reauthenticate(generation)
+            else:
+                await self._sleep(RETRY_AFTER_DEFAULT_SECONDS if delay is None else delay)
+
+    async def _dial(
+        self,
+        method: str,
+        target: str,
+        payload: bytes | None,
+        content_type: str,
+        timing: aiohttp.ClientTimeout,
+        watch: bool,
+    ) -> aiohttp.ClientResponse:
+        auth = self.api.auth
+        pools = await self._pools_now(auth)
+        session = pools.watches if watch else pools.requests
+        headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
+        if auth.token:
+            headers["Authorization"] = f"Bearer {auth.token}"
+        if payload is not None:
+            headers["Content-Type"] = content_type
+        url = URL(f"{str(auth.server).rstrip('/')}{target}", encoded=True)
+        if not url.host:  # kr8s is re-reading the credentials this moment, or they name no server
+            raise aiohttp.InvalidURL(f"no API server address in {auth.server!r}")
+        try:
+            return await session.request(
+                method,
+                url,
+                data=payload,
+                headers=headers,
+                timeout=timing,
+                allow_redirects=False,
+                proxy=auth.proxy or None,
+                server_hostname=auth.tls_server_name or None,
+            )
         except TimeoutError:
-            raise kr8s.APITimeoutError(f"no connection to {auth.server} in time") from None
-        except ssl.SSLCertVerificationError:
-            self._credentials_changed()  # built from credentials since replaced, perhaps: rebuild
+            self._retire()
+            raise kr8s.APITimeoutError(f"no answer to {method} {_path_of(target)} in time") from None
+        except asyncio.CancelledError:
+            self._retire()  # a caller's deadline, most likely: what it waited on is suspect too
+            raise
+        except aiohttp.ClientConnectorCertificateError:
+            self._retire()  # built from credentials since replaced, perhaps: rebuild
             raise
 
-    async def _tls_context(self, auth: Any) -> ssl.SSLContext:
-        """kr8s's own TLS context for these credentials (CA, client certificate), for HTTP/1.1."""
-        files = (str(auth.server_ca_file), str(auth.client_cert_file), str(auth.client_key_file))
-        if self._tls is not None and self._tls[0] == files:
-            return self._tls[1]
-        verify = await auth.ssl_context()
-        # kr8s answers True when the kubeconfig names no CA and no client certificate: what it then
-        # gives httpx, which verifies against its default CA bundle.
-        context = verify if isinstance(verify, ssl.SSLContext) else httpx.create_ssl_context()
-        context.set_alpn_protocols(["http/1.1"])
-        self._tls = (files, context)
-        return context
-
-    async def _watch_through_session(
-        self, path: str, params: Mapping[str, str], idle: float
-    ) -> AsyncGenerator[LineBatch]:
-        """The watch streamed by kr8s's session: for a kubeconfig with a proxy-url, which the direct
-        connection does not speak (and an Api that is not kr8s's, as in tests)."""
-        base, _, rest = path.lstrip("/").partition("/")
-        # httpx's read timeout bounds each read of the socket: "the longest a read may wait".
-        timeout = httpx.Timeout(
-            idle, connect=self.timeout.connect, write=self.timeout.write, pool=self.timeout.pool
-        )
-        kwargs: dict[str, Any] = {"params": params, "stream": True, "timeout": timeout}
-        call = self.api.call_api
+    async def _timed(self, reading: Awaitable[bytes], path: str, idle: float | None = None) -> bytes:
+        """One read of an answer's body, its timeout as kr8s's ``APITimeoutError``."""
         try:
-            for check in (False, True):  # as ``_send``: kr8s's checking path after a 401 only
-                async with call(
-                    "GET", version="", base=f"/{base}", url=rest, raise_for_status=check, **kwargs
-                ) as answer:
-                    if answer.status_code == UNAUTHORIZED and not check:
-                        self._credentials_changed()
-                        continue
-                    if not answer.is_success:
-                        await answer.aread()
-                        raise error_of(answer.status_code, answer.reason_phrase, answer.content)
-                    lines = Lines()
-                    async for data in answer.aiter_bytes():
-                        batch = lines.feed(data)
-                        if batch:
-                            yield batch
-                    last = lines.rest()
-                    if last.strip():
-                        yield [last]
-                    return
-        except kr8s.ServerError as error:
-            raise _api_error(error) from None
+            return await reading
+        except TimeoutError:
+            if idle is not None:
+                # The server ends every watch in time: this one's connection died without a word,
+                # and so, most likely, did every connection of its time; calls waiting on them fail
+                # now instead of at their timeouts.
+                self._retire(at_once=True)
+                raise kr8s.APITimeoutError(f"no data on the watch of {path} for {idle:g}s") from None
+            self._retire()
+            raise kr8s.APITimeoutError(f"no answer from {path} in time") from None
+
+    async def _pools_now(self, auth: Any) -> _Pools:
+        loop = asyncio.get_running_loop()
+        pools = self._pools
+        if pools is None or pools.loop is not loop:
+            tls: ssl.SSLContext | bool = False
+            if str(auth.server).startswith("https:"):
+                # kr8s answers True when the kubeconfig names no CA and no client certificate:
+                # aiohttp then verifies against the system's CA bundle, as kubectl would.
+                tls = await auth.ssl_context()
+            if self._pools is not None and self._pools.loop is not loop:
+                self._pools = None  # another loop's (a test's, a script's): left to it
+            if self._pools is None:
+                self._pools = _Pools(loop, tls)
+            pools = self._pools
+        return pools
+
+    def _retire(self, *, at_once: bool = False) -> None:
+        """New calls dial afresh; the retired pools close once calls in flight on them are done (or
+        ``at_once``: those calls fail now, as after a broken connection)."""
+        pools, self._pools = self._pools, None
+        if pools is None:
+            return
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:
+            return
+        if pools.loop is not loop:
+            return
+
+        async def close_later() -> None:
+            if not at_once:
+                await asyncio.sleep(max(RETIRED_POOL_GRACE_SECONDS, self.timeout.read * 2))
+            await pools.close()
+
+        task = loop.create_task(close_later())
+        self._retired.add(task)
+        task.add_done_callback(self._retired.discard)
+
+    async def _reauthenticate(self, generation: int) -> None:
+        """kr8s re-reads the credentials, once for every call that was answered 401 with them."""
+        if self._reauthenticating is None:
+            self._reauthenticating = asyncio.Lock()
+        async with self._reauthenticating:
+            if self._generation != generation:
+                return  # another call re-read them meanwhile
+            await self.api.auth.reauthenticate()
+            self._generation += 1
+            self._retire()  # the TLS client certificate may be another one now
 
 
-def _request_head(
-    server: _Server, method: str, target: str, authorization: str | None, connection: str
-) -> str:
-    """A request's head lines, each ending in CRLF, without the blank line (body headers follow)."""
-    head = (
-        f"{method} {server.base_path}{target} HTTP/1.1\r\nHost: {server.host_header}\r\n"
-        f"Accept: application/json\r\nUser-Agent: {USER_AGENT}\r\nConnection: {connection}\r\n"
-    )
-    if authorization:
-        head += f"Authorization: {authorization}\r\n"
-    return head
+def _retry_after(response: aiohttp.ClientResponse) -> float | None:
+    return retry_after_seconds(response.headers.get("Retry-After"))
+
+
+def _path_of(target: str) -> str:
+    return target.partition("?")[0]
 
 
 def _resource_of(path: str) -> str:
@@ -1026,21 +674,14 @@ def _resource_of(path: str) -> str:
     return "/".join(parts[:1] + parts[2:3])
 
 
-def error_of(status: int, phrase: str, body: bytes) -> ApiError:
+def error_of(status: int, phrase: str, body: bytes, retry_after: float | None = None) -> ApiError:
     """A non-2xx answer as an ``ApiError``: from its Status object, or (a proxy's page, say) its text."""
     try:
         parsed = json.loads(body)
     except ValueError:
         parsed = None
     if isinstance(parsed, dict) and parsed.get("kind") == "Status":
-        return ApiError(status, str(parsed.get("reason") or ""), str(parsed.get("message") or phrase))
+        reason, message = str(parsed.get("reason") or ""), str(parsed.get("message") or phrase)
+        return ApiError(status, reason, message, retry_after)
     text = body.decode("utf-8", "replace").strip()[:ERROR_TEXT_CHARS]
-    return ApiError(status, "", text or phrase)
-
-
-def _api_error(error: kr8s.ServerError) -> ApiError:
-    """kr8s's error for a status (from its checking path) as an ``ApiError``."""
-    response = error.response
-    status_code = response.status_code if response is not None else 0
-    status: dict[str, Any] = error.status if isinstance(error.status, dict) else {}
-    return ApiError(status_code, str(status.get("reason", "")), str(status.get("message", error)))
+    return ApiError(status, "", text or phrase, retry_after)

@@ -30,11 +30,10 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import httpx
 import kopf
 from prometheus_client import CollectorRegistry
 
-from shared.kube import Kube
+from shared.kube import Kube, Timeout
 from shared.runtime.manager import DEFAULT_STUCK_SECONDS, LeaderElection, Manager
 from shared.telemetry.health import Health
 from shared.telemetry.metrics import serve
@@ -163,7 +162,7 @@ def run(
     if settings.kubeconfig:
         os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login and kr8s both read it there
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)
+    logging.getLogger("httpx").setLevel(logging.WARNING)  # kr8s's client, as kr8s loads credentials
     registry = CollectorRegistry(auto_describe=True)
     tracing = Tracing(provider_from_env(f"cozystack-{identity.name}-operator"), f"cozystack.{identity.name}")
     holder: dict[str, Any] = {}
@@ -183,7 +182,7 @@ def run(
 
     @kopf.on.startup(registry=kopf_registry)
     async def startup(**_: Any) -> None:
-        timeout = httpx.Timeout(settings.api_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
+        timeout = Timeout(settings.api_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
         kube = await Kube.connect(settings.kubeconfig, timeout=timeout)
         kube.tracer = tracing.tracer
         election = LeaderElection(
@@ -216,6 +215,7 @@ def run(
             task.cancel()  # no pass starts a write after this...
         if "manager" in holder:
             await holder["manager"].release()  # ...so the lease is handed over with nothing in flight
+            await holder["manager"].kube.close()
         stop.set()  # kopf's own stop-flag waiter ends now, not after its grace period
 
     try:

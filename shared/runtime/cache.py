@@ -17,9 +17,35 @@ Decides:
   or listed object older than the stored version (when both resourceVersions are integers, as the
   API server's are; they are opaque strings otherwise and compared for equality only);
 * when to LIST again: after a 410 Gone (an HTTP status or an ERROR event), a connection failure, an
-  idle watch (no data for ``idle_timeout_seconds``) or any other failure, after a jittered backoff
-  (``BACKOFF_INITIAL_SECONDS`` doubling up to ``BACKOFF_MAX_SECONDS``); a watch the server ends
-  normally is started again from the last resourceVersion seen (an event's or a BOOKMARK's);
+  idle watch (no data for its idle bound, below) or any other failure, after a jittered backoff
+  (``BACKOFF_INITIAL_SECONDS`` doubling up to ``BACKOFF_MAX_SECONDS``; a 429's Retry-After when it
+  asks for longer); a watch the server ends normally is started again from the last resourceVersion
+  seen (an event's or a BOOKMARK's);
+* **how long a watch lasts, and how long it may be silent**: HTTP/1.1 has no ping, and the only
+  traffic the API server promises on a quiet watch is a BOOKMARK about every minute and one 2 s
+  before the watch's ``timeoutSeconds`` runs out (then it ends the watch). An idle bound tied to the
+  minute's bookmark would leave an informer blind for over a minute behind a connection that died
+  silently (a proxy or load balancer that lost its flows answers TCP keepalive for the dead peer).
+  So each watch asks for a short ``timeoutSeconds``, drawn anew for every watch from
+  [``WATCH_TIMEOUT_MIN_SECONDS``, ``WATCH_TIMEOUT_MAX_SECONDS``] (jittered, so informers do not
+  re-watch in lockstep), and its idle bound is that plus ``WATCH_IDLE_GRACE_SECONDS``: a healthy
+  watch never stays silent that long (its bookmark, then its end, come before), so a dead one is
+  noticed within ``WATCH_TIMEOUT_MAX_SECONDS + WATCH_IDLE_GRACE_SECONDS`` (10 s) and the re-list
+  follows at once. A watch that ends normally is resumed from its bookmark's resourceVersion on a
+  kept connection, from the API server's watch cache: no handshake, no re-list, a few requests a
+  minute per informer;
+* **where a LIST reads from**: the first LIST, and every LIST after a 410, is a consistent read
+  (``resourceVersion`` unset): after a 410 nothing older than the server's present may replace the
+  store, and a process's first LIST must not show less than an earlier replica saw (a
+  ``resourceVersion=0`` read from a lagging watch cache could). Where the API server has
+  ConsistentListFromCache (beta and on by default since Kubernetes 1.31; the pinned control plane
+  is 1.37), that read is itself served from the watch cache once it has caught up with etcd. The
+  first LIST after a watch failed for any other reason (a dead connection, a timeout) asks for
+  ``resourceVersion=<the last one seen>&resourceVersionMatch=NotOlderThan``: any state at least as
+  new as what the store holds, served from the watch cache on every supported version, never older
+  than the store, so replace stays right; its continue pages carry their own snapshot. Streaming
+  lists (``sendInitialEvents``) are not used yet: replace would have to wait for the
+  initial-events-end bookmark, which this loop does not read;
 * an optional kind (``gate``, see ``served``): a LIST answered 404 while the kind's CRD is not
   established empties the cache (deletions delivered), counts as synced, and waits for the CRD;
 * LISTed items carry the list's ``apiVersion`` and ``kind`` like watched ones (the API leaves them
@@ -29,6 +55,12 @@ The per-event path is lean on purpose (the GPUClass operator folds ~150,000 Pods
 each line once, objects are stored as given (after ``transform``), never copied, and nothing is
 logged or traced per event. A handler (or fold, or indexer) that raises is logged with its traceback
 and skipped; it never stops the informer.
+
+Also decides when an informer is **blind**: a watch is open but nothing (an event, a bookmark, the
+watch's end) has come for longer than ``blind_bound`` (twice its longest idle bound). The idle bound
+should have ended that watch long before, so a blind informer is one whose client is wedged:
+``blind_for`` tells the manager, whose liveness check fails on it. An informer that keeps failing to
+LIST (the API server is down) is not blind: it knows, and restarting would not help.
 
 Does not: copy objects (handlers and readers must not mutate them), resync periodically, decide what
 a change means (predicates and map functions do), or retry a single request (the re-list does).
@@ -53,12 +85,13 @@ from collections.abc import (
 )
 from typing import Any, Final, Protocol
 
-from shared.kube import NO_ANSWER, ApiError, Kube, Obj, Resource
+from shared.kube import NO_ANSWER, WATCH_IDLE_GRACE_SECONDS, ApiError, Kube, Obj, Resource
 from shared.runtime.served import NOT_FOUND, ServedGate
 
 __all__ = [
     "BACKOFF_INITIAL_SECONDS",
     "BACKOFF_MAX_SECONDS",
+    "WATCH_IDLE_GRACE_SECONDS",
     "ChangeHandler",
     "Fold",
     "Indexer",
@@ -87,9 +120,18 @@ BACKOFF_MAX_SECONDS: Final = 5.0
 BACKOFF_JITTER: Final = 0.5
 # A watch that lived this long before it failed was healthy: the failure starts a new backoff.
 HEALTHY_WATCH_SECONDS: Final = 30.0
+# Each watch asks the server to end it after a number of seconds drawn from this range (see the module
+# docstring): the server's bookmark (2 s before the end) and the end itself are the watch's pulse.
+WATCH_TIMEOUT_MIN_SECONDS: Final = 5
+WATCH_TIMEOUT_MAX_SECONDS: Final = 7
+# An open watch that heard nothing for this many times its longest idle bound is blind: the idle
+# bound did not end it, so the client is wedged (the manager's liveness check fails on it).
+BLIND_BOUND_FACTOR: Final = 2.0
 # Beyond this many doublings the delay is capped anyway; it keeps 2**n a small number.
 _MAX_DOUBLINGS: Final = 16
 GONE: Final = 410  # the resourceVersion (or continue token) is older than the server keeps
+# A LIST's resourceVersionMatch: any state at least as new as the version named (the watch cache's).
+NOT_OLDER_THAN: Final = "NotOlderThan"
 
 _NO_INDEX_VALUES: Final[frozenset[Hashable]] = frozenset()
 
@@ -104,6 +146,12 @@ def backoff_delay(failures: int, draw: Callable[[], float] = random.random) -> f
     doublings = min(max(failures - 1, 0), _MAX_DOUBLINGS)
     ceiling = min(BACKOFF_MAX_SECONDS, BACKOFF_INITIAL_SECONDS * 2.0**doublings)
     return ceiling * (1.0 - BACKOFF_JITTER * draw())
+
+
+def watch_timeout(draw: Callable[[], float] = random.random) -> int:
+    """The ``timeoutSeconds`` of one watch, drawn from [MIN, MAX] (whole seconds, as the API takes)."""
+    span = WATCH_TIMEOUT_MAX_SECONDS - WATCH_TIMEOUT_MIN_SECONDS
+    return WATCH_TIMEOUT_MIN_SECONDS + min(int(draw() * (span + 1)), span)
 
 
 def _older(version: str, than: str) -> bool:
@@ -236,8 +284,8 @@ class Informer:
         field_selector: str = "",
         transform: Callable[[Obj], Obj] | None = None,
         page_size: int = 500,
-        watch_timeout_seconds: int = 300,
-        idle_timeout_seconds: float = 90.0,
+        watch_timeout_seconds: int | None = None,
+        idle_timeout_seconds: float | None = None,
         name: str = "",
         namespace: str | None = None,
         gate: ServedGate | None = None,
@@ -251,8 +299,11 @@ class Informer:
         self.label_selector, self.field_selector = label_selector, field_selector
         self.transform = transform
         self.page_size = page_size
+        # None: drawn per watch (``watch_timeout``), and the idle bound is that plus the grace.
         self.watch_timeout_seconds = watch_timeout_seconds
         self.idle_timeout_seconds = idle_timeout_seconds
+        longest = watch_timeout_seconds or WATCH_TIMEOUT_MAX_SECONDS
+        self.blind_bound = BLIND_BOUND_FACTOR * (idle_timeout_seconds or longest + WATCH_IDLE_GRACE_SECONDS)
         self.name = name or resource.plural
         self.path = resource.path(namespace)
         self.synced = asyncio.Event()
@@ -265,12 +316,23 @@ class Informer:
         self._handlers: list[ChangeHandler] = []
         self._sleep, self._clock = sleep, clock
         self._listed = False  # any LIST started, by this run or an earlier one
+        # The next LIST may read any state at least this new (a watch failed, not with a 410).
+        self._relist_from = ""
+        self._watching = False  # a watch request is open
+        self._heard = 0.0  # when the open watch last brought anything (or was opened)
 
     def add_handler(self, handler: ChangeHandler) -> None:
         self._handlers.append(handler)
 
     def has_synced(self) -> bool:
         return self.synced.is_set()
+
+    def blind_for(self) -> float:
+        """Seconds an open watch has heard nothing, when past ``blind_bound`` (else 0)."""
+        if not self._watching:
+            return 0.0
+        silent = self._clock() - self._heard
+        return silent if silent > self.blind_bound else 0.0
 
     # --- write-through ---------------------------------------------------------------------------
 
@@ -323,10 +385,16 @@ class Informer:
                     await self._watch()
                     failures = 0  # the server ended it: the connection is healthy
             except Exception as error:
+                self._watching = False
+                gone = isinstance(error, ApiError) and error.status == GONE
+                # A watch that failed otherwise leaves the store right as of its last version.
+                self._relist_from = self.resource_version if watch_started is not None and not gone else ""
                 if watch_started is not None and self._clock() - watch_started >= HEALTHY_WATCH_SECONDS:
                     failures = 0
                 failures += 1
                 delay = backoff_delay(failures)
+                if isinstance(error, ApiError) and error.retry_after is not None:
+                    delay = max(delay, error.retry_after)  # the server said when to come back
                 self._log_failure(error, delay)
                 await self._sleep(delay)
 
@@ -335,6 +403,9 @@ class Informer:
         seen: set[Key] = set()
         token = ""
         list_version = ""
+        # The first page names where to read from (see the module docstring); the rest follow their
+        # continue token's snapshot (the API takes no resourceVersion with one).
+        since, self._relist_from = self._relist_from, ""
         while True:
             page = await self.kube.list(
                 self.path,
@@ -342,6 +413,8 @@ class Informer:
                 field_selector=self.field_selector,
                 limit=self.page_size,
                 continue_=token,
+                resource_version=since if not token else "",
+                resource_version_match=NOT_OLDER_THAN if since and not token else "",
             )
             metadata = page.get("metadata") or {}
             list_version = metadata.get("resourceVersion") or list_version
@@ -368,7 +441,7 @@ class Informer:
         log.info("%s: not served by the API; waiting for its CRD to be established", self.name)
         self.served = False
         self._delete_unseen(set(), "")
-        self.resource_version = ""
+        self.resource_version = self._relist_from = ""  # a new CRD's objects: a consistent LIST
         self.synced.set()
 
     def _delete_unseen(self, seen: set[Key], list_version: str) -> None:
@@ -385,33 +458,40 @@ class Informer:
 
     async def _watch(self) -> None:
         """One watch request from ``resource_version``; returns when the server ends it normally."""
+        timeout = self.watch_timeout_seconds or watch_timeout()
         events = self.kube.watch(
             self.path,
             resource_version=self.resource_version,
             label_selector=self.label_selector,
             field_selector=self.field_selector,
-            timeout_seconds=self.watch_timeout_seconds,
-            idle_timeout=self.idle_timeout_seconds,
+            timeout_seconds=timeout,
+            idle_timeout=self.idle_timeout_seconds or timeout + WATCH_IDLE_GRACE_SECONDS,
         )
         transform = self.transform
-        async with contextlib.aclosing(events):
-            async for kind, obj in events:
-                if kind == "ERROR":
-                    raise _status_error(obj)
-                metadata = obj.get("metadata") or {}
-                if kind != "BOOKMARK":
-                    try:
-                        if kind == "DELETED":
-                            self._apply_delete(key_of(obj), obj)
-                        else:
-                            self._apply_upsert(transform(obj) if transform is not None else obj)
-                    except Exception:
-                        log.exception(
-                            "%s: a %s event of %s not applied", self.name, kind, _describe(metadata)
-                        )
-                version = metadata.get("resourceVersion")
-                if version:
-                    self.resource_version = version
+        clock = self._clock
+        self._heard, self._watching = clock(), True
+        try:
+            async with contextlib.aclosing(events):
+                async for kind, obj in events:
+                    self._heard = clock()
+                    if kind == "ERROR":
+                        raise _status_error(obj)
+                    metadata = obj.get("metadata") or {}
+                    if kind != "BOOKMARK":
+                        try:
+                            if kind == "DELETED":
+                                self._apply_delete(key_of(obj), obj)
+                            else:
+                                self._apply_upsert(transform(obj) if transform is not None else obj)
+                        except Exception:
+                            log.exception(
+                                "%s: a %s event of %s not applied", self.name, kind, _describe(metadata)
+                            )
+                    version = metadata.get("resourceVersion")
+                    if version:
+                        self.resource_version = version
+        finally:
+            self._watching = False
 
     # --- applying one change -----------------------------------------------------------------------
 

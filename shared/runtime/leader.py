@@ -8,7 +8,8 @@ Decides:
   never compared, the renewTime written in the lease is for people only;
 * every write carries the resourceVersion it was decided on (optimistic concurrency): a 409 means
   someone else wrote, so the lease is read again before deciding anew;
-* the leader renews every ``retry_period``; ``is_leader()`` is True only while the last successful
+* the leader renews every ``retry_period``, each attempt cut after ``ATTEMPT_PERIODS`` of them;
+  ``is_leader()`` is True only while the last successful
   renew was sent less than ``renew_deadline`` ago by our clock (the write path asks before every
   write, so a leader that cannot renew stops writing at that instant, hung requests included), and
   ``run`` returns when the deadline passes or another holder is seen. Since ``renew_deadline`` <
@@ -46,6 +47,10 @@ HTTP_CONFLICT: Final = 409
 # Reads in one attempt: the first, plus one more right after a 409 (someone else wrote just now: the
 # fresh record decides). A second conflict in a row waits for the next retry.
 READS_PER_ATTEMPT: Final = 2
+# One renew attempt may take this many retry periods (4 s by default), never the whole renew
+# deadline: an attempt sent on a connection that died silently is cut in time for another, which the
+# client dials afresh (a call cut by its caller's deadline retires its connections).
+ATTEMPT_PERIODS: Final = 2
 
 
 class LeaseClient(Protocol):
@@ -189,7 +194,7 @@ class LeaderElector:
                             self.renew_deadline,
                         )
                     return
-                if await self._attempt(left):
+                if await self._attempt(min(left, self.retry_period * ATTEMPT_PERIODS)):
                     break
                 observed = self._observed
                 if observed is not None and observed.holder not in ("", self.identity):

@@ -10,7 +10,8 @@ Decides the order every controller of both operators starts in, as controller-ru
    the caches have synced: only the leader starts its controllers and leader-only runnables, and
    its ``Writer`` refuses every write once the lease is not fresh; a leader that loses the lease
    stops and ``run`` raises ``LostLeadership`` (the process exits and restarts as a standby);
-4. health: liveness fails when the event loop stalls or a reconcile has run past its bound;
+4. health: liveness fails when the event loop stalls, a reconcile has run past its bound, or an
+   informer's open watch has heard nothing past its blind bound (``Informer.blind_for``);
    readiness is the sync barrier.
 
 Does not: know any kind, reconcile anything, or talk to kopf (``shared.operator`` runs the manager
@@ -239,6 +240,10 @@ class Manager:
             stuck = controller.stuck_for()
             if stuck > self.stuck_seconds:
                 return f"controller {controller.wiring.name}: a reconcile has run for {stuck:.0f}s"
+        for resource, informer in self.informers.items():
+            blind = informer.blind_for()
+            if blind:
+                return f"informer {resource.plural}: its watch has heard nothing for {blind:.0f}s"
         return None
 
     def readiness_problem(self) -> str | None:

@@ -2,9 +2,10 @@
 
 Decides: ``/healthz`` fails when the event loop has not run a heartbeat for ``stall_seconds``
 (something blocks it) or when any liveness check names a problem (the manager's: a reconcile
-running past its bound); ``/readyz`` fails while any readiness check names one (caches not synced).
-The HTTP server runs in its own thread, so a stalled event loop cannot also stall the answer that
-reports it. Does not restart anything: the kubelet does, on a failing probe.
+running past its bound, an informer blind past its bound); ``/readyz`` fails while any readiness
+check names one (caches not synced). The HTTP server runs in its own thread, so a stalled event
+loop cannot also stall the answer that reports it. Does not restart anything: the kubelet does, on
+a failing probe.
 """
 
 from __future__ import annotations

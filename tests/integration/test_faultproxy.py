@@ -13,12 +13,11 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import httpx
 import kr8s
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NAMESPACES, Kube, Resource
+from shared.kube import NAMESPACES, NO_ANSWER, Kube, Resource, Timeout
 from tests.support.faultproxy import (
     LISTEN_HOST,
     FaultProxy,
@@ -31,7 +30,7 @@ from tests.support.faultproxy import (
 # A call through the proxy waits this long for a connection and for each read: short, so that a
 # blackholed call fails quickly, yet far above what the local API server needs.
 CLIENT_TIMEOUT_SECONDS = 2.0
-CLIENT_TIMEOUT = httpx.Timeout(CLIENT_TIMEOUT_SECONDS)
+CLIENT_TIMEOUT = Timeout(CLIENT_TIMEOUT_SECONDS, connect=CLIENT_TIMEOUT_SECONDS)
 # A refused call fails at once, well before any timeout could fire.
 REFUSED_WITHIN_SECONDS = CLIENT_TIMEOUT_SECONDS / 2
 # Upper bound of every wait on a condition here.
@@ -61,6 +60,14 @@ async def answers(kube: Kube) -> bool:
     return found is not None and found["metadata"]["name"] == "default"
 
 
+async def connected(proxy: FaultProxy, client: Kube) -> int:
+    """The proxy's open connections once ``client`` got an answer through it (one at least: its
+    kept connection)."""
+    assert await answers(client)
+    assert proxy.connections >= 1
+    return proxy.connections
+
+
 def now() -> float:
     return asyncio.get_running_loop().time()
 
@@ -87,7 +94,7 @@ async def test_refuse_closes_connections_and_fails_fast(proxy: FaultProxy, proxi
     await proxy.set_mode(Mode.REFUSE)
     assert proxy.connections == 0
     started = now()
-    with pytest.raises(httpx.TransportError):
+    with pytest.raises(NO_ANSWER):
         await proxied.get(PROBE)
     assert now() - started < REFUSED_WITHIN_SECONDS, "a refused call must fail at once, not time out"
     # Refused at the TCP level, as a stopped API server's port is.
@@ -101,9 +108,7 @@ async def test_refuse_closes_connections_and_fails_fast(proxy: FaultProxy, proxi
 async def test_blackhole_times_calls_out_on_open_and_new_connections(
     proxy: FaultProxy, proxied: Kube
 ) -> None:
-    assert await answers(proxied)
-    open_before = proxy.connections
-    assert open_before >= 1
+    open_before = await connected(proxy, proxied)
 
     await proxy.set_mode(Mode.BLACKHOLE)
     # The open connection stays open (no reset tells the client anything) and answers nothing.
@@ -120,6 +125,25 @@ async def test_blackhole_times_calls_out_on_open_and_new_connections(
 
     await proxy.set_mode(Mode.FORWARD)
     assert await answers(proxied)
+
+
+async def test_strand_leaves_open_connections_half_open_and_serves_new_ones(
+    proxy: FaultProxy, proxied: Kube
+) -> None:
+    open_before = await connected(proxy, proxied)
+
+    assert proxy.strand() == open_before
+    assert proxy.mode is Mode.FORWARD  # the mode is unchanged: new connections are forwarded
+    # The kept connection stays open (no reset tells the client anything) and answers nothing...
+    with pytest.raises(kr8s.APITimeoutError):
+        await proxied.get(PROBE)
+    # The timeout retired the client's pool: its next call dials a new connection, which is served.
+    accepted = proxy.accepted
+    started = now()
+    assert await answers(proxied)
+    assert now() - started < CLIENT_TIMEOUT_SECONDS
+    assert proxy.accepted == accepted + 1
+    assert proxy.connections > proxy.stranded
 
 
 async def test_hang_serves_open_connections_and_holds_new_ones(

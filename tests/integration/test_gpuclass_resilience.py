@@ -13,7 +13,9 @@ Decides, for the operator as it is deployed:
 * pods deleted while the operator's connection was refused are released once the network is back
   (the re-list's replace), and a half-open network (blackhole) costs the client's timeout, not
   the operator;
-* liveness fails while a pass is stuck on an API call, and passes again once the call returns.
+* liveness fails while a pass is stuck on an API call, and passes again once the call returns;
+* after a half-open network (every connection open but dead, new ones served), a change reaches the
+  status within 15 s (issue 18).
 
 Does not: test figures (test_gpuclass_operator.py and the unit tests do), or leader election with
 an outage longer than its renew deadline (10 s): by design the leader then stops and the process
@@ -90,6 +92,10 @@ HEALTH_DEADLINE_SECONDS: Final = RECHECK_SECONDS + STUCK_SECONDS + 10.0
 # answers takes milliseconds. The operator's pass histogram has a bucket at one second between them.
 SLOW_PASS_BUCKET: Final = "1.0"
 PASS_HISTOGRAM: Final = "cozystack_gpuclass_pass_duration_seconds"
+# Issue 18's bound: after a half-open network, a change reaches the status within this.
+HALF_OPEN_BOUND_SECONDS: Final = 15.0
+# The half-open proof waits this long (so that a slower client is measured, not just failed).
+HALF_OPEN_WAIT_SECONDS: Final = 150.0
 # What the runtime's informer logs when its LIST or WATCH of pods failed and it will LIST again.
 POD_INFORMER_FAILED: Final = "shared.runtime.cache: pods: "
 
@@ -549,6 +555,37 @@ async def test_pods_deleted_while_refused_are_released_and_a_blackhole_times_out
         await proxy.set_mode(Mode.FORWARD)
         await kube.delete(PODS.path(gpu_world.namespace, f"vm-{deleted_while_down}"), grace_period_seconds=0)
         await wait_for_free(kube, name, node_units - pods + deleted_while_down + 1, operator)
+
+
+async def test_after_a_half_open_network_the_status_follows_within_the_bound(
+    kube: Kube, gpu_world: GPUWorld, operator_kubeconfig: str, proxy: FaultProxy, tmp_path: Path
+) -> None:
+    """Every connection the operator has goes half-open for good (``FaultProxy.strand``: open, but
+    nothing forwarded, no reset), while new connections are served: a network that lost its flows.
+    A pod deleted at that moment (by the admin, not through the proxy) reaches the class's status
+    within ``HALF_OPEN_BOUND_SECONDS``: the pods watch's idle bound notices its dead connection, the
+    client dials afresh, the re-list tells the deletion, and no call waits out the API timeout on a
+    stale connection. ``/healthz`` passes after (and the operator never restarted)."""
+    name, node_units, pods = "resilience-half-open", 8, 3
+    await small_world(gpu_world, name, node_units, pods)
+    kubeconfig = proxy_kubeconfig(operator_kubeconfig, proxy, tmp_path / "proxied.kubeconfig")
+    async with gpuclass_operator(kubeconfig, tmp_path / "operator.log", "--leader-elect=false") as started:
+        operator = started.running
+        await wait_for_free(kube, name, node_units - pods, operator)
+        # The periodic pass keeps the request pool warm: its kept connections are stranded too.
+        assert proxy.strand() >= 2  # at least a watch and a kept request connection
+        stranded_at = now()
+        await kube.delete(PODS.path(gpu_world.namespace, "vm-0"), grace_period_seconds=0)
+
+        async def released() -> bool:
+            return await free_units(kube, name) == node_units - pods + 1
+
+        await eventually(released, timeout=HALF_OPEN_WAIT_SECONDS, what="the deletion in the status")
+        took = now() - stranded_at
+        print(f"half-open network: status followed the deletion after {took:.1f}s")  # the figure
+        assert took <= HALF_OPEN_BOUND_SECONDS, f"{took:.1f}s\n{operator.log_tail()}"
+        assert (await healthz(operator))[0] == 200
+        assert operator.process.returncode is None
 
 
 async def healthz(operator: RunningOperator) -> tuple[int, str]:

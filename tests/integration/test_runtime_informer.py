@@ -20,7 +20,7 @@ import kr8s
 import pytest
 
 from shared.kube import Kube, Obj, Resource
-from shared.runtime.cache import Informer, Store
+from shared.runtime.cache import WATCH_IDLE_GRACE_SECONDS, WATCH_TIMEOUT_MIN_SECONDS, Informer, Store
 
 CONFIGMAPS = Resource("v1", "configmaps")
 LABEL = "test.cozystack.io/informer"
@@ -192,3 +192,22 @@ async def test_watch_idle_timeout_is_a_clear_timeout_error(kube: Kube, namespace
         with pytest.raises(kr8s.APITimeoutError):
             async for _ in events:
                 pass
+
+
+async def test_a_quiet_watch_hears_a_bookmark_and_ends_on_time(kube: Kube, namespace: str) -> None:
+    """The pulse the informers' idle bound relies on: a watch with nothing to tell, from a recent
+    resourceVersion (served by the watch cache), gets a BOOKMARK before the server ends it at its
+    short timeoutSeconds, well within the idle bound."""
+    listing = await kube.list(CONFIGMAPS.path(namespace))
+    started = asyncio.get_running_loop().time()
+    events = kube.watch(
+        CONFIGMAPS.path(namespace),
+        resource_version=listing["metadata"]["resourceVersion"],
+        timeout_seconds=WATCH_TIMEOUT_MIN_SECONDS,
+        idle_timeout=WATCH_TIMEOUT_MIN_SECONDS + WATCH_IDLE_GRACE_SECONDS,
+    )
+    async with asyncio.timeout(DEADLINE), contextlib.aclosing(events):
+        kinds = [kind async for kind, _ in events]
+    took = asyncio.get_running_loop().time() - started
+    assert kinds == ["BOOKMARK"]
+    assert WATCH_TIMEOUT_MIN_SECONDS - 1 <= took < WATCH_TIMEOUT_MIN_SECONDS + WATCH_IDLE_GRACE_SECONDS

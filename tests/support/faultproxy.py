@@ -17,6 +17,13 @@ so clients verify the API server's own certificate and authenticate as usual):
   has but answers no new one (a full accept queue, a stuck load balancer). That open connections
   keep working is a choice: it is what separates ``HANG`` from ``BLACKHOLE``.
 
+Apart from the modes, ``strand`` leaves every connection open at that moment half-open for good:
+nothing is forwarded on it again in either direction (whatever the mode becomes), and neither end
+hears of the other's close, while new connections are served by the mode as usual. That is a
+network that lost its flows (a NAT or load balancer restarted, a route moved): the peer of a
+connection is not reachable on it any more but is reachable anew; only a client's own bound on a
+silent connection notices, since the kernel keeps acknowledging (TCP keepalive is answered here).
+
 ``set_mode`` returns once the mode holds: after ``REFUSE``, every connection is closed and the port
 refuses. ``wait_until`` waits (with a deadline, never a bare sleep) for a state of the proxy's
 connections, e.g. "one new connection is held", so a test can tell "not forwarded" from "not yet".
@@ -72,6 +79,7 @@ class _Link:
     client: asyncio.StreamWriter
     upstream: asyncio.StreamWriter | None = None
     task: asyncio.Task[None] | None = None
+    stranded: bool = False  # half-open for good (``FaultProxy.strand``): forwards nothing, ever
 
     def abort(self) -> None:
         for writer in (self.client, self.upstream):
@@ -116,6 +124,18 @@ class FaultProxy:
         """Client connections open now that have no upstream connection (accepted, never forwarded).
         A held connection its client gave up on is noticed only once forwarding resumes."""
         return sum(1 for link in self._links if link.upstream is None)
+
+    @property
+    def stranded(self) -> int:
+        """Connections open now that ``strand`` left half-open."""
+        return sum(1 for link in self._links if link.stranded)
+
+    def strand(self) -> int:
+        """Leave every connection open now half-open for good (see the module docstring); how many."""
+        for link in self._links:
+            link.stranded = True
+        self._switch(self._mode)  # wakes every pump, so each sees it is stranded
+        return sum(1 for link in self._links if link.stranded)
 
     async def start(self) -> None:
         self._listener = _bind_keeping_port()
@@ -232,15 +252,20 @@ class FaultProxy:
 
     async def _pump(self, source: asyncio.StreamReader, sink: asyncio.StreamWriter, link: _Link) -> None:
         """One direction: read, and write once the mode lets bytes flow; end-of-stream passes on."""
+
+        def flowing() -> bool:
+            return self._flowing() and not link.stranded
+
         try:
             while True:
-                await self._until(self._flowing)
+                await self._until(flowing)
                 data = await source.read(CHUNK_BYTES)
                 if not data:
+                    await self._until(flowing)  # a stranded link passes no end-of-stream on either
                     if sink.can_write_eof() and not sink.is_closing():
                         sink.write_eof()
                     return
-                await self._until(self._flowing)
+                await self._until(flowing)
                 sink.write(data)
                 await sink.drain()
         except OSError:

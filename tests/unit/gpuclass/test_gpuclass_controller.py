@@ -11,7 +11,7 @@ from collections.abc import AsyncIterator, Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
-import httpx
+import aiohttp
 import jsonpatch
 import kr8s
 import pytest
@@ -397,7 +397,7 @@ async def test_our_own_status_writes_do_not_wake_the_pass() -> None:
 
 TIMEOUTS: list[BaseException] = [
     kr8s.APITimeoutError("Timeout while waiting for the Kubernetes API server"),
-    httpx.ReadTimeout("read timed out"),
+    aiohttp.ServerDisconnectedError(),
     TimeoutError(),
     ApiError(503, "ServiceUnavailable", "etcd is restarting"),
 ]

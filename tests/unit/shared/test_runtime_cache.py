@@ -7,8 +7,8 @@ blocks and ``quiet`` is set: the informer has done everything the test asked of 
 stops it (cancellation) and looks at what was delivered. No real time passes: the informer's
 backoff sleep is a recorder.
 
-The last tests cover the client's side of a watch (lines split on the newline byte, timeouts
-passed to every request) over a fake kr8s session.
+The last tests cover where each LIST reads from, the watches' jittered timeouts and idle bounds,
+a 429's Retry-After in the backoff, and when an informer is blind.
 """
 
 from __future__ import annotations
@@ -18,19 +18,26 @@ import contextlib
 import json
 import logging
 from collections import deque
-from collections.abc import AsyncGenerator, AsyncIterator, Callable, Hashable, Iterable, Sequence
+from collections.abc import AsyncGenerator, Callable, Hashable, Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-import httpx
+import aiohttp
 import kr8s.asyncio
 import pytest
+from opentelemetry import trace
+from prometheus_client import CollectorRegistry
 
-from shared.kube import DEFAULT_TIMEOUT, WATCH_IDLE_GRACE_SECONDS, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj, Resource
 from shared.runtime.cache import (
     BACKOFF_INITIAL_SECONDS,
     BACKOFF_MAX_SECONDS,
+    BLIND_BOUND_FACTOR,
     HEALTHY_WATCH_SECONDS,
+    NOT_OLDER_THAN,
+    WATCH_IDLE_GRACE_SECONDS,
+    WATCH_TIMEOUT_MAX_SECONDS,
+    WATCH_TIMEOUT_MIN_SECONDS,
     ChangeHandler,
     Fold,
     Informer,
@@ -38,7 +45,10 @@ from shared.runtime.cache import (
     Store,
     backoff_delay,
     key_of,
+    watch_timeout,
 )
+from shared.runtime.manager import Manager
+from shared.telemetry.tracing import Tracing
 
 CONFIGMAPS = Resource("v1", "configmaps")
 DEADLINE = 5.0  # seconds a test waits for the informer to use up its script; it takes milliseconds
@@ -75,8 +85,8 @@ def gone_event() -> Event:
     }
 
 
-def connection_error() -> httpx.ConnectError:
-    return httpx.ConnectError("connection refused")
+def connection_error() -> aiohttp.ClientConnectionError:
+    return aiohttp.ClientConnectionError("connection refused")
 
 
 class ScriptedKube(Kube):
@@ -103,9 +113,17 @@ class ScriptedKube(Kube):
         limit: int = 0,
         continue_: str = "",
         resource_version: str = "",
+        resource_version_match: str = "",
     ) -> Obj:
         self.list_calls.append(
-            {"path": path, "label_selector": label_selector, "limit": limit, "continue_": continue_}
+            {
+                "path": path,
+                "label_selector": label_selector,
+                "limit": limit,
+                "continue_": continue_,
+                "resource_version": resource_version,
+                "resource_version_match": resource_version_match,
+            }
         )
         if not self._lists:
             await self._hang()
@@ -126,7 +144,12 @@ class ScriptedKube(Kube):
         idle_timeout: float | None = None,
     ) -> AsyncGenerator[tuple[str, Obj]]:
         self.watch_calls.append(
-            {"path": path, "resource_version": resource_version, "idle_timeout": idle_timeout}
+            {
+                "path": path,
+                "resource_version": resource_version,
+                "timeout_seconds": timeout_seconds,
+                "idle_timeout": idle_timeout,
+            }
         )
         try:
             if not self._watches:
@@ -439,9 +462,9 @@ async def test_first_list_pages_fills_the_store_and_syncs() -> None:
     assert recorder.synced_at_change == [False, False]  # handlers of the first list run before sync
     assert informer.has_synced()
     assert informer.relists == 0
-    assert kube.watch_calls == [
-        {"path": "/api/v1/namespaces/ns/configmaps", "resource_version": "10", "idle_timeout": 90.0}
-    ]
+    ((call),) = kube.watch_calls
+    assert (call["path"], call["resource_version"]) == ("/api/v1/namespaces/ns/configmaps", "10")
+    assert call["idle_timeout"] == call["timeout_seconds"] + WATCH_IDLE_GRACE_SECONDS
     # Listed items get the list's apiVersion and kind, as watched ones carry them.
     assert informer.store is not None
     stored = informer.store.get(("ns", "a"))
@@ -814,90 +837,127 @@ async def test_a_second_run_relists_against_what_was_kept() -> None:
     assert informer.relists == 1
 
 
-# --- the client's side of a watch, over a fake kr8s session -------------------------------------------
+# --- where a LIST reads from; watch timeouts; Retry-After; blindness ----------------------------------
 
 
-class _Chunks(httpx.AsyncByteStream):
-    def __init__(self, chunks: Sequence[bytes]) -> None:
-        self.chunks = chunks
-
-    async def __aiter__(self) -> AsyncIterator[bytes]:
-        for chunk in self.chunks:
-            yield chunk
-
-
-@dataclass
-class FakeApi:
-    """What ``Kube`` uses of kr8s's Api: ``call_api``, answering from canned chunks."""
-
-    chunks: Sequence[bytes] = ()
-    calls: list[dict[str, Any]] = field(default_factory=list)
-
-    @contextlib.asynccontextmanager
-    async def call_api(self, method: str, **kwargs: Any) -> AsyncIterator[httpx.Response]:
-        self.calls.append({"method": method, **kwargs})
-        if kwargs.get("stream"):
-            yield httpx.Response(200, stream=_Chunks(self.chunks))
-        else:
-            yield httpx.Response(200, content=b"".join(self.chunks))
-
-
-def fake_kube(api: FakeApi, timeout: httpx.Timeout | None = None) -> Kube:
-    return Kube(api, timeout=timeout)  # type: ignore[arg-type]  # the one method Kube calls
-
-
-def line(kind: str, name: str) -> bytes:
-    return (
-        json.dumps({"type": kind, "object": {"metadata": {"name": name}}}, ensure_ascii=False).encode()
-        + b"\n"
-    )
+def list_reads(kube: ScriptedKube) -> list[tuple[str, str, str]]:
+    return [(c["continue_"], c["resource_version"], c["resource_version_match"]) for c in kube.list_calls]
 
 
 @pytest.mark.parametrize(
-    ("chunks", "names"),
+    ("failure", "relist"),
     [
-        pytest.param([line("ADDED", "a"), line("ADDED", "b")], ["a", "b"], id="one-line-per-chunk"),
+        pytest.param(connection_error(), ("", "15", NOT_OLDER_THAN), id="dead-connection-any-newer-state"),
+        pytest.param(kr8s.APITimeoutError("idle watch"), ("", "15", NOT_OLDER_THAN), id="idle-watch"),
+        pytest.param(ApiError(410, "Gone", "too old"), ("", "", ""), id="410-consistent"),
         pytest.param(
-            [(line("ADDED", "a") + line("ADDED", "b"))[:-5], line("ADDED", "b")[-5:]],
-            ["a", "b"],
-            id="split-line",
-        ),
-        pytest.param(
-            [b"", line("ADDED", "a")[:3], line("ADDED", "a")[3:9], line("ADDED", "a")[9:]],
-            ["a"],
-            id="three-pieces",
-        ),
-        pytest.param(
-            [line("ADDED", "with\u0085nel\u2028ls")],
-            ["with\u0085nel\u2028ls"],
-            id="unicode-line-breaks-in-a-string",
-        ),
-        pytest.param(
-            [line("ADDED", "a") + b"\n", line("ADDED", "b").rstrip(b"\n")],
-            ["a", "b"],
-            id="blank-line-and-unterminated-last",
+            ("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"}), ("", "", ""), id="410-event"
         ),
     ],
 )
-async def test_watch_splits_lines_on_the_newline_byte(chunks: list[bytes], names: list[str]) -> None:
-    kube = fake_kube(FakeApi(chunks))
-    seen = [obj["metadata"]["name"] async for _, obj in kube.watch("/api/v1/configmaps")]
-    assert seen == names
+async def test_a_relist_after_a_watch_failure_reads_from_the_cache_unless_gone(
+    failure: Event | BaseException, relist: tuple[str, str, str]
+) -> None:
+    kube = ScriptedKube(
+        lists=[page([cm("a", "1")], "10"), page([cm("a", "1")], "20")],
+        watches=[[bookmark("15"), failure]],
+    )
+    informer, _, _ = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert list_reads(kube) == [("", "", ""), relist]  # the first LIST: a consistent read
 
 
-async def test_every_request_carries_the_timeouts() -> None:
-    api = FakeApi([b"{}"])
-    await fake_kube(api).request("GET", "/api/v1/configmaps")
-    assert api.calls[-1]["timeout"] == DEFAULT_TIMEOUT
-    own = httpx.Timeout(3.0, connect=1.0)
-    await fake_kube(api, own).list("/api/v1/configmaps", continue_="t", resource_version="7", limit=2)
-    assert api.calls[-1]["timeout"] == own
-    assert api.calls[-1]["params"] == {"continue": "t", "resourceVersion": "7", "limit": "2"}
+async def test_only_the_first_page_names_a_version_and_a_failed_list_reads_consistently() -> None:
+    kube = ScriptedKube(
+        lists=[page([], "10"), page([cm("a", "1")], "20", token="t1"), connection_error(), page([], "30")],
+        watches=[[bookmark("15"), connection_error()]],
+    )
+    informer, _, _ = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert list_reads(kube) == [
+        ("", "", ""),
+        ("", "15", NOT_OLDER_THAN),
+        ("t1", "", ""),  # a continue page follows its token's snapshot
+        ("", "", ""),  # that LIST failed: the next one is a consistent read
+    ]
 
-    api.chunks = []
-    _ = [event async for event in fake_kube(api, own).watch("/api/v1/configmaps", idle_timeout=7.5)]
-    watched = api.calls[-1]["timeout"]
-    assert (watched.read, watched.connect) == (7.5, 1.0)
-    _ = [event async for event in fake_kube(api).watch("/api/v1/configmaps", timeout_seconds=60)]
-    assert api.calls[-1]["timeout"].read == 60 + WATCH_IDLE_GRACE_SECONDS
-    assert api.calls[-1]["params"]["allowWatchBookmarks"] == "true"
+
+@pytest.mark.parametrize(
+    ("draw", "seconds"),
+    [
+        pytest.param(0.0, WATCH_TIMEOUT_MIN_SECONDS, id="lowest"),
+        pytest.param(0.5, (WATCH_TIMEOUT_MIN_SECONDS + WATCH_TIMEOUT_MAX_SECONDS) // 2, id="middle"),
+        pytest.param(0.9999, WATCH_TIMEOUT_MAX_SECONDS, id="highest"),
+    ],
+)
+def test_watch_timeouts_are_drawn_from_their_range(draw: float, seconds: int) -> None:
+    assert watch_timeout(lambda: draw) == seconds
+
+
+async def test_each_watch_draws_its_timeout_and_its_idle_bound_follows() -> None:
+    kube = ScriptedKube(lists=[page([], "10")], watches=[[bookmark("11")]] * 20)
+    informer, _, _ = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    timeouts = [c["timeout_seconds"] for c in kube.watch_calls]
+    assert all(WATCH_TIMEOUT_MIN_SECONDS <= t <= WATCH_TIMEOUT_MAX_SECONDS for t in timeouts)
+    assert len(set(timeouts)) > 1  # jittered: informers do not re-watch in lockstep
+    assert all(c["idle_timeout"] == c["timeout_seconds"] + WATCH_IDLE_GRACE_SECONDS for c in kube.watch_calls)
+
+
+async def test_a_retry_after_longer_than_the_backoff_is_waited_out() -> None:
+    throttled = ApiError(429, "TooManyRequests", "storage is (re)initializing", retry_after=4.0)
+    kube = ScriptedKube(lists=[throttled, page([], "10")], watches=[])
+    informer, _, sleeps = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert sleeps.delays == [4.0]
+
+
+class Clock:
+    def __init__(self) -> None:
+        self.now = 1000.0
+
+    def __call__(self) -> float:
+        return self.now
+
+
+async def test_an_open_watch_that_hears_nothing_past_its_bound_is_blind() -> None:
+    kube = ScriptedKube(lists=[page([], "10")], watches=[])  # the watch hangs: hears nothing, ever
+    clock = Clock()
+    informer, _, _ = informer_for(kube, clock=clock)
+    bound = BLIND_BOUND_FACTOR * (WATCH_TIMEOUT_MAX_SECONDS + WATCH_IDLE_GRACE_SECONDS)
+    assert informer.blind_bound == bound
+    assert informer.blind_for() == 0.0  # not watching yet
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(DEADLINE):
+            await kube.quiet.wait()
+        clock.now += bound
+        assert informer.blind_for() == 0.0  # silent, but within its bound
+        clock.now += 1
+        assert informer.blind_for() == bound + 1
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
+    assert informer.blind_for() == 0.0  # stopped: no watch is open
+
+
+async def test_a_blind_informer_fails_the_managers_liveness() -> None:
+    kube = ScriptedKube(lists=[page([], "10")], watches=[])
+    manager = Manager(kube, CollectorRegistry(), Tracing(trace.NoOpTracerProvider(), "test"))
+    informer = manager.informer(CONFIGMAPS)
+    clock = Clock()
+    informer._clock = clock  # the manager builds its informers on the real clock
+    task = asyncio.create_task(informer.run())
+    try:
+        async with asyncio.timeout(DEADLINE):
+            await kube.quiet.wait()
+        assert manager.liveness_problem() is None
+        clock.now += informer.blind_bound + 1
+        assert manager.liveness_problem() == (
+            f"informer configmaps: its watch has heard nothing for {informer.blind_bound + 1:.0f}s"
+        )
+    finally:
+        task.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await task

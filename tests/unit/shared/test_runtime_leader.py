@@ -17,7 +17,7 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from shared.kube import ApiError, Obj
-from shared.runtime.leader import LEASES, LeaderElector, microtime
+from shared.runtime.leader import ATTEMPT_PERIODS, LEASES, LeaderElector, microtime
 from shared.runtime.metrics import LeaderMetrics
 from tests.support.virtualtime import now, virtual_time
 
@@ -272,6 +272,37 @@ async def test_a_leader_that_cannot_renew_stops_at_the_deadline(failure: Literal
     assert await a.stops_within(0.1)
     assert not a.elector.leading.is_set()
     assert a.metric() == 0.0
+
+
+class HangsOnce(LeaseClient):
+    """The first call after ``arm`` hangs (sent on a connection that died silently); the next ones,
+    dialled afresh, are answered."""
+
+    armed = False
+
+    async def _call(self) -> None:
+        if self.armed:
+            self.armed = False
+            await asyncio.Event().wait()
+        await super()._call()
+
+
+@virtual_time
+async def test_a_renew_hung_on_a_dead_connection_is_cut_in_time_for_another() -> None:
+    server = LeaseServer()
+    a = Replica(server, "a")
+    a.client = a.elector.kube = HangsOnce(server)
+    a.start()
+    assert await a.leads_within(1)
+    await sleep_until(3)  # last renew sent at t=2
+    a.client.armed = True
+    await sleep_until(2 + DEADLINE + RETRY)
+    # The attempt sent at t=4 was cut at t=8 (ATTEMPT_PERIODS x RETRY), the next one at t=10 renewed;
+    # an attempt given the whole deadline would have hung until t=12 and stepped down.
+    assert a.elector.is_leader()
+    assert a.elector.leading.is_set()
+    assert server.spec()["renewTime"] == wall(4 + (ATTEMPT_PERIODS + 1) * RETRY + RETRY)  # and on
+    await a.stop()
 
 
 @virtual_time
