@@ -21,8 +21,9 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NAMESPACES, SERVICE_ACCOUNTS, Kube, Resource
+from shared.kube import SERVICE_ACCOUNTS, Kube, Resource
 from shared.runtime.leader import LEASES
+from tests.support.identity import cluster_ca
 from tests.support.image import ULIMITS, build_image, image_container, serviceaccount_dir
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import free_port
@@ -59,11 +60,6 @@ def in_cluster_env(cluster: ClusterInfo) -> dict[str, str]:
     }
 
 
-def cluster_ca(cluster: ClusterInfo) -> bytes:
-    [entry] = yaml.safe_load(Path(cluster.kubeconfig).read_text())["clusters"]
-    return Path(entry["cluster"]["certificate-authority"]).read_bytes()
-
-
 @pytest.fixture
 async def serviceaccount(kube: Kube, cluster: ClusterInfo, tmp_path: Path) -> AsyncIterator[Path]:
     """The operator's namespace, CRD and config/rbac/gpuclass, and its ServiceAccount's credentials as
@@ -86,11 +82,13 @@ async def serviceaccount(kube: Kube, cluster: ClusterInfo, tmp_path: Path) -> As
         },
     )
     yield serviceaccount_dir(
-        tmp_path / "serviceaccount", answer["status"]["token"], cluster_ca(cluster), OPERATOR_NAMESPACE
+        tmp_path / "serviceaccount",
+        answer["status"]["token"],
+        cluster_ca(cluster.kubeconfig),
+        OPERATOR_NAMESPACE,
     )
     await kube.delete(GPUCLASSES.path(name=CLASS))
     await kube.delete(LEASES.path(OPERATOR_NAMESPACE, LEASE))
-    assert await kube.get(NAMESPACES.path(name=OPERATOR_NAMESPACE)) is not None
 
 
 async def test_the_image_runs_in_cluster_as_65532_without_a_passwd_entry(
