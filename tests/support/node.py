@@ -19,6 +19,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import fcntl
 import json
 import os
 import signal
@@ -50,6 +51,9 @@ from tests.support.node_layout import (
     resolv_conf,
 )
 
+# One node per host at a time: the kernel tunables the kubelet rewrites are host-wide, so a second
+# node saving them while the first runs would "restore" the kubelet's values. Held while a node lives.
+HOST_LOCK = Path("/run/cozystack-test-node.lock")
 CGROUP_MOUNT = Path("/sys/fs/cgroup")
 NETNS_DIR = Path("/run/netns")
 CNI_CACHE = Path("/var/lib/cni")
@@ -209,7 +213,7 @@ class NodeInfo:
         _sh("podman", "save", "--quiet", "-o", str(archive), tag)
         _sh(*self.ctr, "images", "import", str(archive))
         archive.unlink()
-        _sh("podman", "untag", tag)  # the node holds its own copy now
+        _sh("podman", "untag", tag, tag)  # only this name; the node holds its own copy now
         return tag
 
 
@@ -246,10 +250,15 @@ class TestNode:
         self.processes: list[_Process] = []
         self.saved = _Saved()
         self.relay: Relay | None = None
+        self.lock: int | None = None
 
     # -- start ---------------------------------------------------------------------------------
 
     def __enter__(self) -> NodeInfo:
+        if os.geteuid() != 0:
+            raise PermissionError("the test node needs root (namespaces, mounts, cgroups)")
+        self.lock = os.open(HOST_LOCK, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.lock, fcntl.LOCK_EX)  # waits for another session's node to go
         started = time.monotonic()
         try:
             info = self._start()
@@ -463,6 +472,9 @@ class TestNode:
         if not keep:
             with contextlib.suppress(OSError):
                 layout.dir.rmdir()
+        if self.lock is not None:
+            os.close(self.lock)  # releases the host lock
+            self.lock = None
 
     def _drain(self, ctr: list[str]) -> None:
         """Cordon the node and delete its Pods, so the kubelet itself stops every container and
