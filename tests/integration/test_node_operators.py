@@ -10,7 +10,10 @@ workload controllers would act on every other suite's Deployments and fake Nodes
 * deleting the leader Pod hands the Lease to the other within the lease duration + 5 s;
 * a rolling update to a new image tag never leaves the operator without a ready replica, and the
   PodDisruptionBudget refuses the eviction that would;
-* the GPUClass operator, from inside its Pods, writes a class's status.
+* the GPUClass operator, from inside its Pods, writes a class's status;
+* the probes are what the kubelet acts on: a leader whose process is frozen (SIGSTOP) turns
+  NotReady (/readyz), loses its Lease to the standby once the lease expires (within the lease
+  duration, two retry periods and 5 s), and is restarted by the kubelet (/healthz).
 """
 
 from __future__ import annotations
@@ -18,6 +21,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import os
+import signal
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
@@ -41,6 +45,10 @@ GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=Fals
 SHIPPED_IMAGE = "ghcr.io/cozystack/cozystack-operators"
 LEASE_DURATION_SECONDS = 15.0  # shared.runtime.manager.LeaderElection's default
 HANDOVER_SLACK_SECONDS = 5.0
+RETRY_PERIOD_SECONDS = 2.0  # shared.runtime.manager.LeaderElection's default
+# A frozen leader releases nothing: the standby sees its last renewal up to one retry period late,
+# waits the lease duration from then, and tries again within one more retry period.
+FROZEN_HANDOVER_SECONDS = LEASE_DURATION_SECONDS + 2 * RETRY_PERIOD_SECONDS + HANDOVER_SLACK_SECONDS
 ROLLOUT_TIMEOUT_SECONDS = 240.0
 TOOL_TIMEOUT_SECONDS = 120.0
 
@@ -418,4 +426,60 @@ async def test_the_pdb_refuses_the_eviction_that_would_leave_no_ready_replica(
     with pytest.raises(ApiError) as refused:
         await nkube.create(PODS.path(operator.namespace, second) + "/eviction", eviction(second))
     assert refused.value.status == 429, refused.value
+    await steady(nkube, operator)
+
+
+async def test_a_frozen_leader_is_marked_unready_replaced_and_restarted(
+    nkube: Kube, installed: dict[str, Operator], node: NodeInfo
+) -> None:
+    """SIGSTOP to the leader's process (found by its container id, on this node only): nothing in
+    it answers any more, as in a deadlock. The kubelet's probes, not the test, must act."""
+    operator = GPUCLASS
+    await steady(nkube, operator)
+    leader = pod_of(await holder(nkube, operator))
+    pods: dict[str, Obj] = {p["metadata"]["name"]: p for p in await operator_pods(nkube, operator)}
+    [standby] = set(pods) - {leader}
+    [status] = pods[leader]["status"]["containerStatuses"]
+    restarts = int(status["restartCount"])
+    pid = node.container_pid(status["containerID"])
+    started = time.monotonic()
+    os.kill(pid, signal.SIGSTOP)
+    try:
+
+        async def handed_over() -> bool:
+            return pod_of(await holder(nkube, operator)) == standby
+
+        await eventually(handed_over, timeout=FROZEN_HANDOVER_SECONDS, interval=0.2, what="the standby leads")
+        handover = time.monotonic() - started
+        await wait_for_object(
+            nkube,
+            PODS,
+            leader,
+            lambda p: p is not None and not is_ready(p),
+            namespace=operator.namespace,
+            timeout=60,
+            what="the frozen leader NotReady",
+        )
+        unready = time.monotonic() - started
+
+        def restarted(pod: Obj | None) -> bool:
+            statuses = ((pod or {}).get("status") or {}).get("containerStatuses") or [{}]
+            return int(statuses[0].get("restartCount", 0)) > restarts
+
+        await wait_for_object(
+            nkube,
+            PODS,
+            leader,
+            restarted,
+            namespace=operator.namespace,
+            timeout=150,
+            what="the kubelet restarting it",
+        )
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGCONT)  # if the kubelet has not killed it, let it go on
+    print(
+        f"\nfrozen leader: standby leads after {handover:.1f}s, NotReady after {unready:.1f}s,"
+        f" restarted after {time.monotonic() - started:.1f}s"
+    )
     await steady(nkube, operator)

@@ -204,6 +204,15 @@ class NodeInfo:
     ready_seconds: float
     logs: Path
 
+    def container_pid(self, container_id: str) -> int:
+        """The host pid of a running container's first process (``containerd://<id>`` or ``<id>``)."""
+        wanted = container_id.removeprefix("containerd://")
+        for line in _sh(*self.ctr, "tasks", "ls").stdout.splitlines()[1:]:
+            task, pid, *_ = line.split()
+            if task == wanted:
+                return int(pid)
+        raise LookupError(f"no task {wanted} on {self.name}")
+
     def load_tag(self, image: str, suffix: str) -> str:
         """``image`` under a new tag (``<tag>-<suffix>``), loaded into the node: a new image as far
         as a Deployment can tell, for a rolling update."""
