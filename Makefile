@@ -11,12 +11,13 @@ PYTEST_ARGS ?=
 
 TOOLS  := metallb jaeger promtool helm
 
-.PHONY: help venv controlplane tools lint unit integration test demo bench cluster cluster-down lock clean
+.PHONY: help venv controlplane tools image lint unit integration test demo bench cluster cluster-down lock clean
 
 help:
 	@echo "make test          lint + unit + integration tests (builds what it needs)"
 	@echo "make demo          both operators on the local control plane with sample objects"
 	@echo "make bench         benchmarks, each with a ratio against a baseline from the same run"
+	@echo "make image         build the operators' image here, with no registry (podman/buildah, as root)"
 	@echo "make cluster       start the local control plane in the background (.devcluster/kubeconfig)"
 	@echo "make cluster-down  stop it"
 
@@ -35,6 +36,11 @@ controlplane:
 # Each is built once per pin (hack/tools/<name>/go.mod); an unchanged pin costs one hash.
 tools:
 	@for tool in $(TOOLS); do hack/build-tool.sh $$tool >/dev/null || exit 1; done
+
+# The operators' image on a Debian base built from Debian's packages (no registry needed); prints the
+# local tag. Needs podman, buildah, runc and debootstrap (.ci/run installs them).
+image:
+	@hack/build-image.sh
 
 lint: venv
 	$(VENV)/bin/ruff check .

@@ -10,6 +10,13 @@ Decides what the two operators must not differ in:
   each operator has its own kopf finalizer name and annotation prefix (never kopf's defaults,
   never each other's), kopf's log-to-Event posting is off and cluster scanning is off (no CRD or
   namespace watch, so no permission for it);
+* who the process is to kopf: the Pod name (Downward API ``POD_NAME``) or the host name, given to
+  kopf explicitly, never kopf's default, which asks the user database (``getpass.getuser()``) and
+  crashes when the uid has no passwd entry (the image's 65532, or any uid a hoster's policy picks);
+* where kopf logs in from inside a Pod: the API server the kubelet names in
+  ``KUBERNETES_SERVICE_HOST``/``_PORT`` (as kr8s does), never kopf's fixed
+  ``https://kubernetes.default.svc``, which a Pod without cluster DNS (hostNetwork, a bare node)
+  cannot resolve;
 * start-up order: metrics and health servers, then the manager (caches, sync barrier, leader
   election, controllers); on SIGTERM the lease is handed over before the process ends; when the
   manager fails (the lease lost) the process exits non-zero, so the kubelet restarts it as a
@@ -22,8 +29,11 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import dataclasses
+import ipaddress
 import logging
 import os
+import socket
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -31,6 +41,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import kopf
+from kopf._core.engines.peering import Identity as KopfIdentity  # kopf does not re-export the type
 from prometheus_client import CollectorRegistry
 
 from shared.kube import Kube, Timeout
@@ -134,6 +145,24 @@ def own_namespace(environ: Mapping[str, str] = os.environ) -> str:
         return "default"
 
 
+def in_cluster_server(environ: Mapping[str, str] = os.environ) -> str | None:
+    """The API server a Pod is told about (``https://host:port``, an IPv6 host bracketed), or
+    None outside a Pod."""
+    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
+    if not host or not port:
+        return None
+    try:
+        ipaddress.IPv6Address(host)
+    except ValueError:
+        return f"https://{host}:{port}"
+    return f"https://[{host}]:{port}"
+
+
+def kopf_identity(environ: Mapping[str, str] = os.environ) -> KopfIdentity:
+    """Who this process is to kopf: the Pod name, else the host name; never a user name."""
+    return KopfIdentity(environ.get("POD_NAME") or socket.gethostname())
+
+
 def kopf_settings(kopf_finalizer: str, storage_prefix: str) -> kopf.OperatorSettings:
     settings = kopf.OperatorSettings()
     settings.persistence.finalizer = kopf_finalizer
@@ -178,7 +207,11 @@ def run(
 
     @kopf.on.login(registry=kopf_registry)
     def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        return kopf.login_with_service_account(**kwargs) or kopf.login_with_kubeconfig(**kwargs)
+        in_cluster = kopf.login_with_service_account(**kwargs)
+        server = in_cluster_server()
+        if in_cluster is not None and server is not None:
+            return dataclasses.replace(in_cluster, server=server)
+        return in_cluster or kopf.login_with_kubeconfig(**kwargs)
 
     @kopf.on.startup(registry=kopf_registry)
     async def startup(**_: Any) -> None:
@@ -224,6 +257,7 @@ def run(
             settings=kopf_settings(identity.kopf_finalizer, identity.storage_prefix),
             clusterwide=True,
             standalone=True,
+            identity=kopf_identity(),
             stop_flag=stop,
         )
     finally:

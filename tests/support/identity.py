@@ -6,6 +6,7 @@ so a client built from this kubeconfig is authorised by RBAC as that Pod would b
 
 from __future__ import annotations
 
+import base64
 from pathlib import Path
 
 import yaml
@@ -36,3 +37,11 @@ async def serviceaccount_kubeconfig(
     path.write_text(yaml.safe_dump(config))
     path.chmod(0o600)
     return str(path)
+
+
+def cluster_ca(kubeconfig: str) -> bytes:
+    """The CA bundle of the kubeconfig's (first) cluster, embedded or named by path."""
+    cluster = yaml.safe_load(Path(kubeconfig).read_text())["clusters"][0]["cluster"]
+    if "certificate-authority-data" in cluster:
+        return base64.b64decode(cluster["certificate-authority-data"])
+    return Path(cluster["certificate-authority"]).read_bytes()

@@ -1,7 +1,9 @@
 """The image recipe, checked without a container engine: hadolint passes on the Dockerfile, the
 final stage runs as a numeric non-root user through an exec-form ``python -m`` entrypoint, the
-modules the entrypoint and the Deployments name exist, and every runtime dependency the builder
-installs is pinned exactly in requirements.lock (the builder uses the lock as constraints).
+modules the entrypoint and the Deployments name exist, every runtime dependency the builder
+installs is pinned exactly in requirements.lock (the builder uses the lock as constraints), the
+virtualenv the final stage copies is made without pip, and the build's CA bundle is an argument,
+never a file of the image. (The built image itself is run by tests/integration/test_image.py.)
 """
 
 from __future__ import annotations
@@ -133,7 +135,11 @@ def test_every_runtime_dependency_is_pinned_in_the_lock() -> None:
 def test_builder_installs_runtime_dependencies_from_the_lock_only() -> None:
     """The image gets the runtime set at the lock's versions, never the dev tools."""
     steps = instructions(DOCKERFILE.read_text())
-    installs = [arguments for keyword, arguments in steps if keyword == "RUN" and "pip install" in arguments]
+    installs = [
+        arguments
+        for keyword, arguments in steps
+        if keyword == "RUN" and re.search(r"\bpip\b.* install\b", arguments)
+    ]
     assert installs, "no pip install in the builder"
     for command in installs:
         assert "-c requirements.lock" in command or "--constraint requirements.lock" in command, command
@@ -141,3 +147,18 @@ def test_builder_installs_runtime_dependencies_from_the_lock_only() -> None:
         assert "-r requirements.lock" not in command, command
     copied = " ".join(arguments for keyword, arguments in steps if keyword == "COPY")
     assert "requirements.lock" in copied
+
+
+def test_the_copied_virtualenv_is_made_without_pip() -> None:
+    """pip, setuptools and pkg_resources (~25 MB) are build tools: the image never runs them."""
+    runs = [arguments for keyword, arguments in instructions(DOCKERFILE.read_text()) if keyword == "RUN"]
+    assert any("python -m venv --without-pip /opt/venv" in command for command in runs), runs
+    copies = [arguments for keyword, arguments in final_stage() if keyword == "COPY"]
+    assert copies == ["--from=builder /opt/venv /opt/venv"], copies
+
+
+def test_the_ca_bundle_for_pip_is_mounted_never_copied() -> None:
+    steps = instructions(DOCKERFILE.read_text())
+    assert ("ARG", "PIP_CERT") in steps, "the builder takes pip's CA bundle as an argument (no default)"
+    copied = " ".join(arguments for keyword, arguments in steps if keyword in ("COPY", "ADD"))
+    assert "cert" not in copied.lower(), copied
