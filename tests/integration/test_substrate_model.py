@@ -14,6 +14,7 @@ Dual: the local control plane's Service CIDR is IPv4 only, so the API refuses a 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -251,3 +252,13 @@ async def test_dual_binds_two_addresses(world: tuple[Kube, SubstrateModel, Metal
     await kube.delete(CLAIMS.path(NS, "d1"))
     for entry in (v4, v6):
         await wait_for_object(kube, ADDRESSES, entry["name"], lambda a: a is None, timeout=TIMEOUT)
+
+
+async def test_a_restarted_model_writes_nothing(world: tuple[Kube, SubstrateModel, MetalLB]) -> None:
+    """Level-based: a second model (a restart of the substrate's controllers) over the world the first
+    one made finds nothing to write."""
+    kube, _, _ = world
+    async with substrate(kube) as again:
+        await asyncio.wait_for(again.synced.wait(), TIMEOUT)
+        assert again.log == []
+        assert len(again.claims) + len(again.addresses) > 0  # it did see a world
