@@ -5,7 +5,8 @@ The session's shared control plane serves the project's own ``ipaddressclasses``
 runs on a control plane of its own (``LocalControlPlane``, its own temp dir), with the substrate's
 three CRDs from ``tests/fixtures/address-substrate/`` and a MetalLB of its own (without the hoster's
 pool mirror: the model's driver renders the pools). The model writes what the substrate would;
-MetalLB alone assigns ``status.loadBalancer.ingress``.
+MetalLB alone assigns ``status.loadBalancer.ingress``. One test also runs the cozy-proxy model with
+its address-before-Endpoints race on a Service the substrate pinned.
 
 Dual: the local control plane's Service CIDR is IPv4 only, so the API refuses a dual-stack Service
 (the test proves that refusal); Dual is proved on the claim's side: two addresses bound, an IPv6
@@ -14,6 +15,7 @@ Dual: the local control plane's Service CIDR is IPv4 only, so the API refuses a 
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
 from typing import Any, Final
@@ -23,6 +25,7 @@ import pytest
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from hack.metallb import MetalLB, metallb
 from shared.kube import NAMESPACES, SERVICES, ApiError, Kube, Obj
+from tests.support.cozyproxy import DEFAULT_PROXY_NAME, ENDPOINTS, PROXY_NAME_LABEL, cozy_proxy
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.substrate import (
     ADDRESSES,
@@ -251,3 +254,52 @@ async def test_dual_binds_two_addresses(world: tuple[Kube, SubstrateModel, Metal
     await kube.delete(CLAIMS.path(NS, "d1"))
     for entry in (v4, v6):
         await wait_for_object(kube, ADDRESSES, entry["name"], lambda a: a is None, timeout=TIMEOUT)
+
+
+async def test_cozy_proxy_race_on_a_pinned_address(world: tuple[Kube, SubstrateModel, MetalLB]) -> None:
+    """The cozy-proxy model's address-before-Endpoints race (``race=True``) on real watches, made
+    deterministic with a selectorless Service (no Endpoints until the test writes them): stuck with
+    no backend, an Endpoints event programs nothing, an update of the Service programs it."""
+    kube, _, _ = world
+    if await kube.get(CLASSES.path(name="public")) is None:  # run alone
+        await kube.create(CLASSES.path(), make_class("public", "198.51.100.0/28", default=True))
+    await kube.create(CLAIMS.path(NS), make_claim("vm-ip", "public"))
+    [entry] = (await bound(kube, "vm-ip"))["status"]["addresses"]
+    ip, backend = entry["address"], "10.244.0.5"
+    async with cozy_proxy(kube, NS, race=True) as proxy:
+        service = make_service("vm", "vm-ip")
+        service["metadata"]["labels"] = {PROXY_NAME_LABEL: DEFAULT_PROXY_NAME}
+        service["spec"]["ports"] = [{"name": "ssh", "port": 22, "protocol": "TCP"}]
+        await kube.create(SERVICES.path(NS), service)
+        await wait_for_object(
+            kube, SERVICES, "vm", lambda s: ingress(s) == [ip], namespace=NS, timeout=TIMEOUT
+        )
+        await proxy.wait_for(lambda m: (NS, "vm") in m.stuck, TIMEOUT, "the Service stuck with no backend")
+
+        endpoints = {
+            "apiVersion": "v1",
+            "kind": "Endpoints",
+            "metadata": {"name": "vm", "namespace": NS},
+            "subsets": [
+                {"addresses": [{"ip": backend}], "ports": [{"name": "ssh", "port": 22, "protocol": "TCP"}]}
+            ],
+        }
+        await kube.create(ENDPOINTS.path(NS), endpoints)
+        await proxy.wait_for(lambda m: (NS, "vm") in m.endpoints, TIMEOUT, "the Endpoints seen")
+        assert proxy.reaches(ip) is None
+
+        await kube.patch(
+            SERVICES.path(NS, "vm"), {"metadata": {"annotations": {"example.com/touch": "1"}}}, "merge"
+        )
+        await proxy.wait_for(lambda m: m.reaches(ip) == backend, TIMEOUT, "the Service programmed again")
+        assert proxy.stuck == set()
+
+
+async def test_a_restarted_model_writes_nothing(world: tuple[Kube, SubstrateModel, MetalLB]) -> None:
+    """Level-based: a second model (a restart of the substrate's controllers) over the world the first
+    one made finds nothing to write."""
+    kube, _, _ = world
+    async with substrate(kube) as again:
+        await asyncio.wait_for(again.synced.wait(), TIMEOUT)
+        assert again.log == []
+        assert len(again.claims) + len(again.addresses) > 0  # it did see a world

@@ -271,6 +271,8 @@ class SubstrateModel:
 
     def __post_init__(self) -> None:
         self.changed = asyncio.Condition()
+        # Set once every kind was listed and the first reconcile after that is done.
+        self.synced = asyncio.Event()
         self._by_claim: dict[Key, list[Obj]] = {}  # claimRef (namespace, name) -> addresses, per plan
         self._by_claim_name: dict[Key, list[Obj]] = {}  # (namespace, claim) -> Services naming it
 
@@ -765,6 +767,7 @@ class SubstrateModel:
                 await wake.wait()
                 wake.clear()
                 await self.reconcile(kube)
+                self.synced.set()
                 await self._notify()
         finally:
             for task in followers:

@@ -549,6 +549,14 @@ def test_a_second_pass_writes_nothing() -> None:
     assert store.model.plan(NOW) == []
 
 
+def test_a_restarted_model_writes_nothing() -> None:
+    store = with_service("s1", "s2")
+    fresh = SubstrateModel()
+    for resource, obj in store.objects.values():
+        fresh.on_event(resource, "ADDED", copy.deepcopy(obj))
+    assert fresh.plan(NOW) == []
+
+
 def test_a_recreated_claim_of_the_same_name_gets_a_new_address() -> None:
     store = claim_deleted("Retain")
     store.put(CLAIMS, make_claim("c1"))
