@@ -25,10 +25,9 @@ plane:
   no backend and does not come back to it: later events of its Endpoints (created, becoming ready)
   program nothing. Only an update of the Service itself (any update: an annotation, a re-list)
   programs it again, now with its Endpoints. ``stuck`` names such Services. With ``race=False`` an
-  Endpoints event programs it as any other. The race is OFF by default for now: the operator does
-  not yet touch its re-program annotation once a rendered Service has its address and Endpoints,
-  and with the race on the VM-mode suite hits it (a Service left stuck with no backend); a test
-  that proves the operator closes the race asks for ``race=True``.
+  Endpoints event programs it as any other. The race is ON by default, as cozy-proxy has it: the
+  operator closes it (it updates its Service once that has both its address and a backend in its
+  Endpoints), and the VM-mode suite runs under it.
 - Deleting any of its Services (or the Service leaving the proxy, losing its address or its ready
   endpoint) deletes the entries of the pod it had programmed, WHOEVER OWNS THEM NOW: the pod's NAT
   and SNAT entries, its port filter and its ICMP allow (``DeleteRules``, ``DeletePortFilter``).
@@ -99,7 +98,7 @@ class CozyProxyModel:
     """cozy-proxy's pod-keyed datapath, as the module docstring describes it."""
 
     proxy_name: str = DEFAULT_PROXY_NAME
-    race: bool = False  # the address-before-Endpoints race (module docstring: off by default for now)
+    race: bool = True  # the address-before-Endpoints race (module docstring)
     nat: dict[str, str] = field(default_factory=dict)  # address -> pod IP (svc_pod)
     snat: dict[str, str] = field(default_factory=dict)  # pod IP -> address (pod_svc)
     filters: dict[str, frozenset[Port]] = field(default_factory=dict)  # pod IP -> allowed ports
@@ -302,7 +301,7 @@ class CozyProxyModel:
 
 @contextlib.asynccontextmanager
 async def cozy_proxy(
-    kube: Kube, namespace: str, proxy_name: str = DEFAULT_PROXY_NAME, *, race: bool = False
+    kube: Kube, namespace: str, proxy_name: str = DEFAULT_PROXY_NAME, *, race: bool = True
 ) -> AsyncIterator[CozyProxyModel]:
     """The model, following one namespace's Services and Endpoints for the duration."""
     model = CozyProxyModel(proxy_name, race)

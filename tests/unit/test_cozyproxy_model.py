@@ -299,5 +299,5 @@ def test_the_race_is_off_on_request() -> None:
     assert (model.pod_reached(A1), model.stuck) == ("vm-a", set())
 
 
-def test_the_race_is_off_by_default_until_the_operator_closes_it() -> None:
-    assert not CozyProxyModel().race
+def test_the_race_is_on_by_default_as_cozy_proxy_has_it() -> None:
+    assert CozyProxyModel().race
