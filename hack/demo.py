@@ -36,7 +36,9 @@ from hack.devcluster import ROOT, ClusterInfo, LocalControlPlane
 from hack.jaeger import Jaeger, running_jaeger
 from hack.metallb import metallb
 from hack.waterfall import Span, passes_of, render_waterfall
-from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
 
 TENANT = "tenant-demo"
 # The attachment whose story the demo draws from Jaeger: bound to a claim, so its passes link to the
@@ -52,9 +54,7 @@ H200, L40S, RTX4090 = (
     "nvidia.com/AD102_GEFORCE_RTX_4090",
 )
 SDN = "local.sdn.cozystack.io/v1alpha1"
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 ATTACHMENTS = Resource(SDN, "endpointattachments")
-HELMRELEASES = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
 LINEAGE = "apps.cozystack.io/application"
 
 

@@ -47,7 +47,8 @@ from operators.endpointattachment.constants import (
     IP_ADDRESS_CLASS_PLURAL,
     PROVIDER_METALLB,
 )
-from shared.kube import CRDS, NAMESPACES, NO_ANSWER, ApiError, Kube, Obj, Resource
+from shared.kube import NO_ANSWER, ApiError, Kube, Obj
+from shared.resources import CRDS, NAMESPACES, Resource
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 TOOL_DIR: Final = ROOT / "hack" / "tools" / "metallb"

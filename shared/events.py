@@ -15,7 +15,8 @@ import socket
 from collections.abc import Mapping
 from typing import Any, Final
 
-from shared.kube import EVENTS, NO_ANSWER, ApiError, Obj
+from shared.kube import NO_ANSWER, ApiError, Obj
+from shared.resources import EVENTS
 from shared.runtime.writes import Writer
 
 log = logging.getLogger(__name__)

@@ -233,40 +233,6 @@ def keepalive_socket(addr_info: tuple[Any, ...]) -> socket.socket:
     return sock
 
 
-@dataclass(frozen=True)
-class Resource:
-    """One kind's REST coordinates: ``Resource("apps/v1", "deployments")``."""
-
-    api_version: str
-    plural: str
-    namespaced: bool = True
-
-    def path(self, namespace: str | None = None, name: str | None = None) -> str:
-        base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"
-        parts = [base]
-        if self.namespaced and namespace:
-            parts += ["namespaces", namespace]
-        parts.append(self.plural)
-        if name:
-            parts.append(name)
-        return "/".join(parts)
-
-
-NAMESPACES = Resource("v1", "namespaces", namespaced=False)
-NODES = Resource("v1", "nodes", namespaced=False)
-PODS = Resource("v1", "pods")
-SERVICES = Resource("v1", "services")
-SERVICE_ACCOUNTS = Resource("v1", "serviceaccounts")
-EVENTS = Resource("v1", "events")
-RESOURCE_QUOTAS = Resource("v1", "resourcequotas")
-ENDPOINT_SLICES = Resource("discovery.k8s.io/v1", "endpointslices")
-CRDS = Resource("apiextensions.k8s.io/v1", "customresourcedefinitions", namespaced=False)
-ROLES = Resource("rbac.authorization.k8s.io/v1", "roles")
-ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "rolebindings")
-CLUSTER_ROLES = Resource("rbac.authorization.k8s.io/v1", "clusterroles", namespaced=False)
-CLUSTER_ROLE_BINDINGS = Resource("rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False)
-
-
 class _Pools:
     """The two aiohttp sessions of one event loop and one set of credentials: requests' (bounded)
     and watches' (one connection per open watch, kept between watches)."""

@@ -15,7 +15,8 @@ import pytest
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
 from hack.metallb import MetalLB
-from shared.kube import NAMESPACES, PODS, Kube
+from shared.kube import Kube
+from shared.resources import NAMESPACES, PODS
 from tests.support.loadbalancer import load_balancer, load_balancer_session
 
 

@@ -14,13 +14,12 @@ from operators.endpointattachment.world import (
     ATTACHMENTS,
     CLAIMS,
     CLASSES,
-    ENDPOINTS,
     HELMRELEASES,
     PROXIES,
     World,
     empty_stores,
 )
-from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, Resource
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, NAMESPACES, PODS, SERVICES, Resource
 from shared.runtime.cache import Obj, key_of
 from shared.runtime.controller import StaticCaches
 

@@ -65,7 +65,8 @@ from operators.endpointattachment.constants import (
 )
 from operators.endpointattachment.controller import FINALIZER
 from operators.endpointattachment.render import class_settings, render_service, service_name
-from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -80,7 +81,6 @@ from tests.support.waiting import wait_for_object
 ATTACHMENTS = Resource(API_VERSION, "endpointattachments")
 ALLOCATIONS = Resource(API_VERSION, "ipaddressallocations", namespaced=False)
 CLASSES = Resource(API_VERSION, "ipaddressclasses", namespaced=False)
-HELMRELEASES = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
 
 NAMESPACE = "bench-ea"
 NODE = "bench-ea-node"

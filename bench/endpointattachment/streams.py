@@ -31,7 +31,8 @@ from operators.endpointattachment.constants import (
     CILIUM_IPS_ANNOTATION,
     METALLB_IPS_ANNOTATION,
 )
-from shared.kube import SERVICES, ApiError, Kube, Obj
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import SERVICES
 
 MAX_RESTARTS = 1_000  # a stream that starts over this often is broken, not busy
 RETRY_PAUSE = 0.5

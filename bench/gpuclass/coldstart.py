@@ -47,11 +47,13 @@ from bench.gpuclass.plainlist import COMMAND, PAGE_SIZE, pages
 from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import World, WorldSpec, build_world
 from hack.devcluster import ClusterInfo, LocalControlPlane
-from operators.gpuclass.controller import GPUCLASSES, POD_FIELD_SELECTOR
+from operators.gpuclass.api import GPUCLASSES
+from operators.gpuclass.controller import POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
 from operators.gpuclass.reconcile import decide
-from shared.kube import NAMESPACES, NO_ANSWER, NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj
+from shared.kube import NO_ANSWER, ApiError, Kube, Obj
+from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.waiting import wait_for_object
 

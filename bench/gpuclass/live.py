@@ -50,19 +50,19 @@ from bench.gpuclass.world import (
     node_object,
 )
 from hack.devcluster import ClusterInfo, LocalControlPlane
+from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory, pod_key
 from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled
 from operators.gpuclass.reconcile import ClassDecision, decide
-from shared.kube import NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import KUBEVIRTS, NODES, PODS, SERVICE_ACCOUNTS
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process
 from tests.support.waiting import wait_for_object
 
 T = TypeVar("T")
 
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
-KUBEVIRTS = Resource("kubevirt.io/v1", "kubevirts")
 KUBEVIRT_NAMESPACE = "cozy-kubevirt"
 NAMESPACE = "bench-gpuclass"
 QUIET_WRITES_TARGET = 0

@@ -20,7 +20,8 @@ from collections.abc import AsyncIterator
 from typing import Final
 
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
-from shared.kube import NODES, PODS, Kube, Obj
+from shared.kube import Kube, Obj
+from shared.resources import NODES, PODS
 from shared.runtime.manager import Manager
 
 # The operator's informers page every LIST at the manager's default page size (GPUClass sets none).

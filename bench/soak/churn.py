@@ -37,7 +37,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube
+from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -54,8 +56,6 @@ GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
 CLAIMS: Final = Resource(GROUP_VERSION, "ipaddressclaims")
 CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
-HELMRELEASES: Final = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
-GPUCLASSES: Final = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 NAMESPACE: Final = "soak"
 KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
 CLASS_NAME: Final = "soak-pool"

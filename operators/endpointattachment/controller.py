@@ -98,7 +98,6 @@ from operators.endpointattachment.world import (
     CACHES,
     CLAIMS,
     CLASSES,
-    ENDPOINTS,
     HELMRELEASES,
     PROXIES,
     World,
@@ -106,9 +105,10 @@ from operators.endpointattachment.world import (
     labels,
 )
 from shared.conditions import rfc3339, status_patch
-from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, ApiError
+from shared.kube import ApiError
 from shared.lineage import application_of, belongs_to
 from shared.ownership import sole_controller
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, NAMESPACES, PODS, SERVICES
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import (
     Caches,

@@ -49,9 +49,9 @@ from operators.endpointattachment.datapath import (
 )
 from operators.endpointattachment.reconcile import Observed
 from operators.endpointattachment.render import service_name
-from shared.kube import ENDPOINT_SLICES, NAMESPACES, PODS, SERVICES, Resource
 from shared.lineage import application_of, belongs_to
 from shared.ownership import sole_controller
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, NAMESPACES, PODS, SERVICES, Resource
 from shared.runtime.cache import Indexer, Key, Obj, Store, key_of
 from shared.runtime.controller import Cache, Caches, StaticCaches
 
@@ -65,7 +65,6 @@ PROXIES: Final = Resource(API_VERSION, SERVICE_PROXY_PLURAL, namespaced=False)
 HELMRELEASES: Final = Resource(HELMRELEASE_API_VERSION, HELMRELEASE_PLURAL)
 # Every kind a pass or a wake-up reads; nothing else is watched.
 # The v1 Endpoints of the rendered VM-mode Services: what cozy-proxy reads (never EndpointSlices).
-ENDPOINTS: Final = Resource("v1", "endpoints")
 RESOURCES: Final = (
     ATTACHMENTS,
     CLAIMS,

@@ -35,15 +35,16 @@ from typing import Final, cast
 
 from prometheus_client import CollectorRegistry
 
+from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Definitive, KubeVirtRead, remember, view
-from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, KUBEVIRTS, read_kubevirt
+from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, read_kubevirt
 from operators.gpuclass.metrics import STAGE_PASS, STAGE_STATUS_WRITE, Metrics
 from operators.gpuclass.reconcile import ClassDecision, decide, transition_events
 from operators.gpuclass.settings import Settings
 from shared.conditions import rfc3339, status_patch
 from shared.events import post_event
-from shared.kube import EVENTS, NODES, PODS, Resource
+from shared.resources import EVENTS, KUBEVIRTS, NODES, PODS
 from shared.runtime.cache import Key, Obj
 from shared.runtime.controller import (
     Cache,
@@ -63,7 +64,6 @@ from shared.telemetry.tracing import Tracing, current_pass
 
 log = logging.getLogger("gpuclass")
 
-GPUCLASSES: Final = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 # The controller's name: the metrics' ``controller`` label, the queue's name, the span's attribute.
 CONTROLLER_NAME: Final = "gpuclass"
 # Reported as the source of Events.

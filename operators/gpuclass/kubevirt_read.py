@@ -24,10 +24,9 @@ from operators.gpuclass.kubevirt import (
     Unavailable,
     outage_start,
 )
-from shared.kube import NO_ANSWER, ApiError, Resource
+from shared.kube import NO_ANSWER, ApiError
 from shared.runtime.reads import GET, LIST, Reads
 
-KUBEVIRTS = Resource("kubevirt.io/v1", "kubevirts")
 # Read on every pass, never watched: the named CR, or a list of the namespace when no name is set.
 KUBEVIRT_VERBS = (GET, LIST)
 

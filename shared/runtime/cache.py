@@ -85,7 +85,8 @@ from collections.abc import (
 )
 from typing import Any, Final, Protocol
 
-from shared.kube import NO_ANSWER, WATCH_IDLE_GRACE_SECONDS, ApiError, Kube, Obj, Resource
+from shared.kube import NO_ANSWER, WATCH_IDLE_GRACE_SECONDS, ApiError, Kube, Obj
+from shared.resources import Resource
 from shared.runtime.served import NOT_FOUND, ServedGate
 
 __all__ = [

@@ -33,8 +33,9 @@ from contextvars import ContextVar
 from dataclasses import dataclass, field
 from typing import Any, Final, Protocol
 
-from shared.kube import NO_ANSWER, ApiError, Resource
+from shared.kube import NO_ANSWER, ApiError
 from shared.ownership import sole_controller
+from shared.resources import Resource
 from shared.runtime.cache import Fold, Indexer, Key, Obj, Store, key_of
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.queue import QueueShutDown, RateLimiter, WorkQueue

@@ -32,12 +32,12 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-from shared.kube import ApiError, Obj, Resource
+from shared.kube import ApiError, Obj
+from shared.resources import LEASES
 from shared.runtime.metrics import LeaderMetrics
 
 log = logging.getLogger(__name__)
 
-LEASES: Final = Resource("coordination.k8s.io/v1", "leases")
 # The MicroTime format of acquireTime/renewTime (RFC 3339 with microseconds, always UTC).
 MICROTIME_FORMAT: Final = "%Y-%m-%dT%H:%M:%S.%fZ"
 # A released lease says it lasts one second, so a replica that judges expiry by the lease's own

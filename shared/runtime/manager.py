@@ -33,7 +33,8 @@ from typing import Final
 
 from prometheus_client import CollectorRegistry
 
-from shared.kube import Kube, Resource
+from shared.kube import Kube
+from shared.resources import Resource
 from shared.runtime.cache import Fold, Indexer, Informer, Obj, Store
 from shared.runtime.controller import Cache, Controller, Reconciler, Wiring, Write
 from shared.runtime.leader import LeaderElector

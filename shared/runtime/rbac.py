@@ -14,7 +14,7 @@ from collections import defaultdict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from shared.kube import Resource
+from shared.resources import Resource
 from shared.runtime.controller import Wiring, Write
 
 Rules = dict[tuple[str, str], frozenset[str]]

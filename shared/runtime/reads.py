@@ -15,7 +15,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from shared.kube import Kube, Obj, Resource
+from shared.kube import Kube, Obj
+from shared.resources import Resource
 
 GET = "get"
 LIST = "list"

@@ -31,7 +31,8 @@ import asyncio
 from collections.abc import Mapping
 from typing import Any, Final
 
-from shared.kube import CRDS, Obj, Resource
+from shared.kube import Obj
+from shared.resources import CRDS, Resource
 
 __all__ = ["CRDS", "ESTABLISHED", "NOT_FOUND", "Served", "ServedGate", "crd_name", "established", "slim_crd"]
 

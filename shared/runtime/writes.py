@@ -29,7 +29,8 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from shared.conditions import JsonPatch
-from shared.kube import ApiError, Kube, PatchKind, Resource
+from shared.kube import ApiError, Kube, PatchKind
+from shared.resources import Resource
 from shared.runtime.cache import Informer, Obj, key_of
 from shared.runtime.controller import Conflict, NotLeader, Write
 from shared.telemetry.tracing import stamp

@@ -35,18 +35,17 @@ from operators.endpointattachment.constants import (
     METALLB_POOL_ANNOTATION,
 )
 from operators.endpointattachment.render import ClassSettings, render_service
-from shared.kube import (
+from shared.kube import ApiError, Kube, Obj
+from shared.lineage import TENANT_RESOURCE_LABEL
+from shared.resources import (
+    HELMRELEASES,
     NAMESPACES,
     ROLE_BINDINGS,
     ROLES,
     SERVICE_ACCOUNTS,
     SERVICES,
-    ApiError,
-    Kube,
-    Obj,
     Resource,
 )
-from shared.lineage import TENANT_RESOURCE_LABEL
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -59,7 +58,6 @@ from tests.support.ea_cluster import (
     ALLOCATIONS,
     ATTACHMENTS,
     CLASSES,
-    HELMRELEASES,
     OPERATOR_NAMESPACE,
     OPERATOR_SERVICE_ACCOUNT,
     condition,

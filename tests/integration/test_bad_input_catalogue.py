@@ -27,7 +27,9 @@ from typing import Any
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
 from tests.catalogue import ROWS
 from tests.catalogue.admission import CHANGES_TRIED, FIELDS_TRIED
 from tests.catalogue.model import (
@@ -59,7 +61,7 @@ KINDS: dict[str, Resource] = {
     "IPAddressClass": Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False),
     "IPAddressAllocation": Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False),
     "ServiceProxy": Resource(GROUP_VERSION, "serviceproxies", namespaced=False),
-    "GPUClass": Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False),
+    "GPUClass": GPUCLASSES,
     "Service": Resource("v1", "services"),
     "Pod": Resource("v1", "pods"),
     "HelmRelease": Resource("helm.toolkit.fluxcd.io/v2", "helmreleases"),

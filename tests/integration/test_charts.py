@@ -28,7 +28,9 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
-from shared.kube import CRDS, NAMESPACES, SERVICE_ACCOUNTS, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube, Obj
+from shared.resources import CRDS, DEPLOYMENTS, LEASES, NAMESPACES, SERVICE_ACCOUNTS, Resource
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import RunningOperator, operator_process
@@ -51,9 +53,6 @@ TOOL_TIMEOUT = 180.0
 # `helm template` renders for this Kubernetes version (without a cluster it assumes 1.20, below the
 # charts' floor): the floor itself, so nothing newer is relied on.
 KUBE_VERSION = "1.30.0"
-LEASES = Resource("coordination.k8s.io/v1", "leases")
-DEPLOYMENTS = Resource("apps/v1", "deployments")
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 IPADDRESSCLASSES = Resource("local.sdn.cozystack.io/v1alpha1", "ipaddressclasses", namespaced=False)
 # The Pod name the Downward API would give the installed Deployment's replica.
 EXAMPLE_POD_SUFFIX = "5c7d9f8b6-chart"

@@ -14,7 +14,9 @@ from typing import Any
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import (
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import (
+    CONFIGMAPS,
     CRDS,
     ENDPOINT_SLICES,
     NAMESPACES,
@@ -24,16 +26,12 @@ from shared.kube import (
     ROLES,
     SERVICE_ACCOUNTS,
     SERVICES,
-    ApiError,
-    Kube,
-    Obj,
     Resource,
 )
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import wait_for_established
 from tests.support.waiting import eventually, quota_in_force, wait_for_object
 
-CONFIGMAPS = Resource("v1", "configmaps")
 WIDGETS = Resource("test.cozystack.io/v1", "widgets")
 
 WIDGET_CRD: Obj = {

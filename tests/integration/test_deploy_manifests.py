@@ -26,13 +26,11 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
-from shared.kube import CRDS, NAMESPACES, Kube, Obj, Resource
+from shared.kube import Kube, Obj
+from shared.resources import CRDS, DEPLOYMENTS, NAMESPACES, PDBS, SUBJECT_ACCESS_REVIEWS
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.waiting import eventually
 
-DEPLOYMENTS = Resource("apps/v1", "deployments")
-PDBS = Resource("policy/v1", "poddisruptionbudgets")
-SUBJECT_ACCESS_REVIEWS = Resource("authorization.k8s.io/v1", "subjectaccessreviews", namespaced=False)
 # Each Deployment runs this many replicas, one of which leads; the PodDisruptionBudget keeps this many.
 REPLICAS = 2
 MIN_AVAILABLE = 1

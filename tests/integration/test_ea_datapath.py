@@ -27,7 +27,8 @@ from operators.endpointattachment.constants import (
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
-from shared.kube import PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import ENDPOINTS, HELMRELEASES, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -37,11 +38,10 @@ from tests.ea_builders import (
     make_service,
     make_serviceproxy,
 )
-from tests.support.cozyproxy import ENDPOINTS, CozyProxyModel, cozy_proxy
+from tests.support.cozyproxy import CozyProxyModel, cozy_proxy
 from tests.support.ea_cluster import (
     ATTACHMENTS,
     CLASSES,
-    HELMRELEASES,
     NODE,
     PROXIES,
     condition,

@@ -35,17 +35,8 @@ import pytest
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
 from operators.endpointattachment.constants import METALLB_IPS_ANNOTATION
-from shared.kube import (
-    RESOURCE_QUOTAS,
-    ROLE_BINDINGS,
-    ROLES,
-    SERVICE_ACCOUNTS,
-    SERVICES,
-    ApiError,
-    Kube,
-    Obj,
-    Resource,
-)
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS, SERVICES, Resource
 from tests.support.ea_cluster import (
     ALLOCATIONS,
     ATTACHMENT_CONTROLLER,

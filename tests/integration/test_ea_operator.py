@@ -27,7 +27,8 @@ from operators.endpointattachment.constants import (
     REASON_ADDRESS_PENDING,
     SERVICE_PROXY_NAME_LABEL,
 )
-from shared.kube import NAMESPACES, SERVICE_ACCOUNTS, SERVICES, Kube, Obj
+from shared.kube import Kube, Obj
+from shared.resources import HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES
 from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
 from tests.ea_builders import (
     for_create,
@@ -40,7 +41,6 @@ from tests.support.ea_cluster import (
     CLAIMS,
     CLASSES,
     GROUP_VERSION,
-    HELMRELEASES,
     OPERATOR_NAMESPACE,
     Tenant,
     condition,

@@ -50,7 +50,8 @@ from operators.endpointattachment.constants import (
     REASON_EXCLUSIVITY_CONFLICT,
     REASON_PUBLISHED,
 )
-from shared.kube import NAMESPACES, NO_ANSWER, PODS, SERVICE_ACCOUNTS, SERVICES, ApiError, Kube, Obj
+from shared.kube import NO_ANSWER, ApiError, Kube, Obj
+from shared.resources import HELMRELEASES, NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES
 from shared.runtime.cache import Key, key_of
 from tests.ea_builders import (
     for_create,
@@ -66,7 +67,6 @@ from tests.support.ea_cluster import (
     ATTACHMENT_CONTROLLER,
     ATTACHMENTS,
     CLASSES,
-    HELMRELEASES,
     LEADER_ELECTION_ID,
     NODE,
     PROXIES,

@@ -36,7 +36,8 @@ from operators.endpointattachment.constants import (
 )
 from operators.endpointattachment.reconcile import Observed, reconcile
 from shared.conditions import TRUE, rfc3339
-from shared.kube import CLUSTER_ROLES, RESOURCE_QUOTAS, ROLE_BINDINGS, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import CLUSTER_ROLES, RESOURCE_QUOTAS, ROLE_BINDINGS, SUBJECT_ACCESS_REVIEWS, Resource
 from tests.ea_builders import (
     for_create,
     make_attachment,
@@ -78,7 +79,6 @@ RESOURCES = {
     IP_ADDRESS_ALLOCATION_KIND: ALLOCATIONS,
     SERVICE_PROXY_KIND: PROXIES,
 }
-SUBJECT_ACCESS_REVIEWS = Resource("authorization.k8s.io/v1", "subjectaccessreviews", namespaced=False)
 QUOTA_KEY = f"count/{ENDPOINT_ATTACHMENT_PLURAL}.{GROUP}"
 AGGREGATE_PREFIX = "rbac.authorization.k8s.io/"
 

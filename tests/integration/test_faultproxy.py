@@ -17,7 +17,8 @@ import kr8s
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NAMESPACES, NO_ANSWER, Kube, Resource, Timeout
+from shared.kube import NO_ANSWER, Kube, Timeout
+from shared.resources import NAMESPACES, Resource
 from tests.support.faultproxy import (
     LISTEN_HOST,
     FaultProxy,

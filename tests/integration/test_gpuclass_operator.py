@@ -20,7 +20,9 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, Resource
 from tests.gpuclass_builders import (
     H200,
     gpu_pod,
@@ -35,7 +37,6 @@ from tests.support.manifests import ROOT, apply_all, delete_crd, load
 from tests.support.operators import RunningOperator, operator_process
 from tests.support.waiting import eventually, wait_for_object
 
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 KUBEVIRT_CRD = "kubevirts.kubevirt.io"
 KUBEVIRT_NAMESPACE = "cozy-kubevirt"
 OPERATOR_NAMESPACE = "cozy-gpuclass"

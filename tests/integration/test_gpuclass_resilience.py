@@ -40,17 +40,12 @@ import httpx
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import PODS, SERVICE_ACCOUNTS, ApiError, Kube, Obj
-from shared.runtime.leader import LEASES
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import LEASES, PODS, SERVICE_ACCOUNTS
 from shared.runtime.manager import LeaderElection
 from tests.gpuclass_builders import gpu_pod, make_class, make_node
-from tests.integration.test_gpuclass_operator import (
-    GPUCLASSES,
-    LEASE,
-    OPERATOR_NAMESPACE,
-    GPUWorld,
-    operator_rbac,
-)
+from tests.integration.test_gpuclass_operator import LEASE, OPERATOR_NAMESPACE, GPUWorld, operator_rbac
 from tests.support.faultproxy import FaultProxy, Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import apply_all, load

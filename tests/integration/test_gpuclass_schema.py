@@ -6,10 +6,10 @@ from typing import Any
 
 import pytest
 
-from shared.kube import ApiError, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube, Obj
 from tests.support.manifests import apply_all, load
 
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 # The refusal of a malformed resource name says what the name must look like (no regex).
 RESOURCE_NAME_SHAPE = "resourceName must look like vendor.com/NAME"
 

@@ -21,15 +21,15 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
-from shared.kube import SERVICE_ACCOUNTS, Kube, Resource
-from shared.runtime.leader import LEASES
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube
+from shared.resources import LEASES, SERVICE_ACCOUNTS
 from tests.support.identity import cluster_ca
 from tests.support.image import ULIMITS, build_image, image_container, serviceaccount_dir
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import free_port
 from tests.support.waiting import eventually, wait_for_object
 
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 OPERATOR_NAMESPACE = "cozy-gpuclass"
 SERVICE_ACCOUNT = "gpuclass-operator"
 LEASE = "cozystack-gpuclass-operator"

@@ -21,11 +21,11 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
-from shared.kube import SERVICE_ACCOUNTS, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import CONFIGMAPS, SERVICE_ACCOUNTS, Resource
 from shared.runtime.cache import Informer, Store
 from tests.support.identity import serviceaccount_kubeconfig
 
-CONFIGMAPS = Resource("v1", "configmaps")
 SECRETS = Resource("v1", "secrets")
 DEADLINE = 30.0  # seconds; each wait here is over in well under one on an idle control plane
 NOT_A_TOKEN = "not-a-token"  # never issued: the API server answers 401 to it, and caches no success

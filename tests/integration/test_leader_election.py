@@ -44,8 +44,9 @@ import httpx
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj, Resource
-from shared.runtime.leader import LEASES
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube, Obj
+from shared.resources import HELMRELEASES, LEASES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
 from shared.runtime.manager import LeaderElection
 from tests.ea_builders import for_create, lineage_labels, make_attachment, make_helmrelease, make_service
 from tests.ea_builders import make_class as make_address_class
@@ -99,7 +100,6 @@ GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
 ADDRESS_CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
 ALLOCATIONS: Final = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
-HELMRELEASES: Final = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
 EA_CRD_FILES: Final = (
     "tests/fixtures/helmrelease-crd.yaml",
     *(
@@ -156,7 +156,6 @@ GPU_ARGS: Final = (
     "--kubevirt-recheck-seconds=2",
     f"--leader-election-namespace={GPU_NAMESPACE}",
 )
-GPUCLASSES: Final = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 GPU_CRD_FILE: Final = "config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml"
 # A resource name of this test's own, so no other class (a leftover, an older owner) conflicts.
 GPU_RESOURCE: Final = "nvidia.com/LEADER_ELECTION_TEST"

@@ -28,7 +28,9 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NODES, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube, Obj
+from shared.resources import NODES
 from tests.ea_builders import for_create, make_attachment, make_class
 from tests.support.ea_cluster import ATTACHMENTS, CLASSES, ea_crds_and_node, ea_operator
 from tests.support.identity import serviceaccount_kubeconfig
@@ -66,7 +68,6 @@ PROMETHEUS_SERIES = frozenset({"up"})
 GPUCLASS_NAMESPACE = "cozy-gpuclass"
 GPUCLASS_RBAC = "config/rbac/gpuclass"
 GPUCLASS_CRD = "config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml"
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 GPU_RESOURCE = "nvidia.com/GH100_H200_SXM_141GB"
 MONITORING_NODE = "monitoring-gpu-node"
 MONITORING_NAMESPACE_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding"})

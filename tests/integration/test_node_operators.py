@@ -32,16 +32,14 @@ import yaml
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
 from operators.gpuclass import reasons
-from shared.kube import NAMESPACES, PODS, ApiError, Kube, Obj, Resource
-from shared.runtime.leader import LEASES
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import DEPLOYMENTS, LEASES, NAMESPACES, PDBS, PODS
 from tests.support.image import build_image
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.node import NodeInfo, running_node
 from tests.support.waiting import eventually, wait_for_object
 
-DEPLOYMENTS = Resource("apps/v1", "deployments")
-PDBS = Resource("policy/v1", "poddisruptionbudgets")
-GPUCLASSES = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 SHIPPED_IMAGE = "ghcr.io/cozystack/cozystack-operators"
 LEASE_DURATION_SECONDS = 15.0  # shared.runtime.manager.LeaderElection's default
 HANDOVER_SLACK_SECONDS = 5.0

@@ -19,10 +19,10 @@ from typing import Any
 import kr8s
 import pytest
 
-from shared.kube import Kube, Obj, Resource
+from shared.kube import Kube, Obj
+from shared.resources import CONFIGMAPS
 from shared.runtime.cache import WATCH_IDLE_GRACE_SECONDS, WATCH_TIMEOUT_MIN_SECONDS, Informer, Store
 
-CONFIGMAPS = Resource("v1", "configmaps")
 LABEL = "test.cozystack.io/informer"
 DEADLINE = 30.0  # seconds; each wait here is over in well under one on an idle control plane
 IDLE_SECONDS = 0.5  # a watch's idle timeout in these tests: no bookmark comes that soon

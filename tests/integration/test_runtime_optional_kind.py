@@ -17,7 +17,8 @@ import pytest
 from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
-from shared.kube import CRDS, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import CRDS, Resource
 from shared.runtime.manager import Manager
 from shared.runtime.served import crd_name, established
 from shared.telemetry.tracing import Tracing

@@ -24,8 +24,9 @@ import pytest
 
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from hack.metallb import MetalLB, metallb
-from shared.kube import NAMESPACES, SERVICES, ApiError, Kube, Obj
-from tests.support.cozyproxy import DEFAULT_PROXY_NAME, ENDPOINTS, PROXY_NAME_LABEL, cozy_proxy
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import ENDPOINTS, NAMESPACES, SERVICES
+from tests.support.cozyproxy import DEFAULT_PROXY_NAME, PROXY_NAME_LABEL, cozy_proxy
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.substrate import (
     ADDRESSES,

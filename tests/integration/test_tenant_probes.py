@@ -20,7 +20,9 @@ import pytest
 
 from hack.devcluster import ClusterInfo
 from operators.endpointattachment.constants import ATTACHMENT_LABEL, METALLB_IPS_ANNOTATION
-from shared.kube import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, SERVICES, ApiError, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import NAMESPACES, NODES, PODS, RESOURCE_QUOTAS, SERVICES
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -54,7 +56,6 @@ from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import operator_process
 from tests.support.waiting import eventually, wait_for_object
 
-GPUCLASSES: Final = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 GPU_OPERATOR_NAMESPACE: Final = "cozy-gpuclass"
 GPU_RESOURCE: Final = "nvidia.com/GH100_H200_SXM_141GB"
 GPU_NODE: Final = "probe-gpu-node-secret-rack-7"

@@ -29,7 +29,9 @@ import pytest
 from hack.devcluster import ClusterInfo
 from hack.jaeger import Jaeger, running_jaeger
 from hack.waterfall import LINK_PREVIOUS, LINK_WRITTEN_BY, Span, passes_of, render_waterfall
-from shared.kube import NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Kube, Obj, Resource
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube, Obj
+from shared.resources import HELMRELEASES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -43,7 +45,6 @@ from tests.support.ea_cluster import (
     ATTACHMENTS,
     CLAIMS,
     CLASSES,
-    HELMRELEASES,
     NODE,
     condition,
     ea_crds_and_node,
@@ -57,7 +58,6 @@ from tests.support.waiting import eventually, wait_for_object
 
 EA_SERVICE: Final = "cozystack-endpointattachment-operator"
 GPU_SERVICE: Final = "cozystack-gpuclass-operator"
-GPUCLASSES: Final = Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False)
 GPU_OPERATOR_NAMESPACE: Final = "cozy-gpuclass"
 GPU_OPERATOR_SERVICE_ACCOUNT: Final = "gpuclass-operator"
 GPU_RBAC_DIR: Final = "config/rbac/gpuclass"

@@ -52,10 +52,10 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from shared.kube import SERVICES, Kube, Obj, Resource
+from shared.kube import Kube, Obj
+from shared.resources import ENDPOINTS, SERVICES
 from tests.support.following import follow, notify, object_key, wait_until
 
-ENDPOINTS: Final = Resource("v1", "endpoints")
 PROXY_NAME_LABEL: Final = "service.kubernetes.io/service-proxy-name"
 WHOLE_IP_ANNOTATION: Final = "networking.cozystack.io/wholeIP"
 ALLOW_ICMP_ANNOTATION: Final = "networking.cozystack.io/allowICMP"

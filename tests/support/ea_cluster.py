@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any, Final
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NO_ANSWER, NODES, PODS, SERVICES, Kube, Obj, Resource
+from shared.kube import NO_ANSWER, Kube, Obj
+from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
 from tests.ea_builders import (
     for_create,
     lineage_labels,
@@ -40,7 +41,6 @@ CLAIMS: Final = Resource(GROUP_VERSION, "ipaddressclaims")
 CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
 ALLOCATIONS: Final = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
 PROXIES: Final = Resource(GROUP_VERSION, "serviceproxies", namespaced=False)
-HELMRELEASES: Final = Resource("helm.toolkit.fluxcd.io/v2", "helmreleases")
 OPERATOR_NAMESPACE: Final = "cozy-endpointattachment"
 OPERATOR_SERVICE_ACCOUNT: Final = "endpointattachment-operator"
 # The Lease the operator's replicas elect a leader through (its settings' default).

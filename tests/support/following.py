@@ -16,7 +16,8 @@ import contextlib
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
-from shared.kube import ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import Resource
 
 # Between two LISTs after an API error (e.g. 429 while the API server starts, a CRD not served yet).
 RETRY_SECONDS: Final = 0.5

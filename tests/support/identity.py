@@ -11,7 +11,8 @@ from pathlib import Path
 
 import yaml
 
-from shared.kube import SERVICE_ACCOUNTS, Kube
+from shared.kube import Kube
+from shared.resources import SERVICE_ACCOUNTS
 
 
 async def serviceaccount_kubeconfig(

@@ -8,7 +8,9 @@ from typing import Any
 
 import yaml
 
-from shared.kube import (
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube, Obj
+from shared.resources import (
     CLUSTER_ROLE_BINDINGS,
     CLUSTER_ROLES,
     CRDS,
@@ -16,8 +18,6 @@ from shared.kube import (
     ROLE_BINDINGS,
     ROLES,
     SERVICE_ACCOUNTS,
-    Kube,
-    Obj,
     Resource,
 )
 from tests.support.waiting import wait_for_object
@@ -34,7 +34,7 @@ RESOURCES_BY_KIND: dict[str, Resource] = {
     "Role": ROLES,
     "RoleBinding": ROLE_BINDINGS,
     "KubeVirt": Resource("kubevirt.io/v1", "kubevirts"),
-    "GPUClass": Resource("gpu.cozystack.io/v1alpha1", "gpuclasses", namespaced=False),
+    "GPUClass": GPUCLASSES,
 }
 
 

@@ -78,7 +78,8 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from shared.conditions import FALSE, TRUE, Condition, render, rfc3339, same_condition
-from shared.kube import SERVICES, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import SERVICES, Resource
 from tests.support.following import follow, notify, object_key, wait_until
 
 API_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"

@@ -11,7 +11,8 @@ import contextlib
 from collections.abc import Awaitable, Callable
 from typing import TypeVar
 
-from shared.kube import RESOURCE_QUOTAS, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import RESOURCE_QUOTAS, Resource
 
 T = TypeVar("T")
 DEFAULT_TIMEOUT = 30.0

@@ -12,7 +12,7 @@ from typing import Any
 
 import pytest
 
-from shared.kube import SERVICES, Resource
+from shared.resources import SERVICES, Resource
 from tests.support.substrate import (
     ADDRESSES,
     CLAIM_ANNOTATION,

@@ -29,8 +29,8 @@ from operators.endpointattachment.controller import (
 )
 from operators.endpointattachment.render import service_name
 from operators.endpointattachment.world import RESOURCES, World
-from shared.kube import Resource
 from shared.ownership import owner_reference
+from shared.resources import Resource
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import Controller, Result, StaticCaches, Wiring
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics

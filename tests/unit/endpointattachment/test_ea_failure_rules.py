@@ -46,8 +46,9 @@ from operators.endpointattachment.render import service_name
 from operators.endpointattachment.repair import class_status
 from operators.endpointattachment.world import World
 from shared.conditions import FALSE, TRUE, Condition
-from shared.kube import SERVICES, ApiError, Resource
+from shared.kube import ApiError
 from shared.ownership import owner_reference
+from shared.resources import SERVICES, Resource
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import Controller, Result, StaticCaches
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics

@@ -18,9 +18,9 @@ import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
+from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import (
     ALL_CLASSES,
-    GPUCLASSES,
     POD_FIELD_SELECTOR,
     NodeFold,
     PodFold,
@@ -32,10 +32,11 @@ from operators.gpuclass.controller import (
 )
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import STALE_READ_GRACE, Found, NotInstalled, Unavailable
-from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, KUBEVIRTS, read_kubevirt
+from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, read_kubevirt
 from operators.gpuclass.metrics import Metrics
 from operators.gpuclass.settings import Settings
-from shared.kube import EVENTS, NODES, PODS, ApiError, Kube, Resource
+from shared.kube import ApiError, Kube
+from shared.resources import EVENTS, KUBEVIRTS, NODES, PODS, Resource
 from shared.runtime.cache import Informer, Key, Obj, Store, key_of
 from shared.runtime.controller import Conflict, Controller, NotLeader, StaticCaches
 from shared.runtime.manager import Manager

@@ -36,11 +36,11 @@ from shared.kube import (
     THROTTLED_RETRIES,
     ApiError,
     Kube,
-    Resource,
     Timeout,
     keepalive_socket,
     retry_after_seconds,
 )
+from shared.resources import CONFIGMAPS
 from tests.unit.shared.test_kube_watch import (
     FakeApi,
     FakeAuth,
@@ -50,7 +50,6 @@ from tests.unit.shared.test_kube_watch import (
     status_wire,
 )
 
-CONFIGMAPS = Resource("v1", "configmaps")
 DEADLINE = 5.0  # seconds any wait here may take; each is over in milliseconds
 SHORT = 0.2  # a request's read timeout where a test lets it expire: real time, but short
 

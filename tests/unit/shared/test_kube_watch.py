@@ -26,9 +26,9 @@ from urllib.parse import parse_qs, urlsplit
 import kr8s
 import pytest
 
-from shared.kube import NO_ANSWER, THROTTLED_RETRIES, ApiError, Kube, Lines, Obj, Resource
+from shared.kube import NO_ANSWER, THROTTLED_RETRIES, ApiError, Kube, Lines, Obj
+from shared.resources import CONFIGMAPS
 
-CONFIGMAPS = Resource("v1", "configmaps")
 DEADLINE = 5.0  # seconds any wait here may take; each is over in milliseconds
 IDLE = 0.2  # a watch's idle timeout where a test lets it expire: real time, but short
 

@@ -28,7 +28,8 @@ import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from shared.kube import ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import CONFIGMAPS
 from shared.runtime.cache import (
     BACKOFF_INITIAL_SECONDS,
     BACKOFF_MAX_SECONDS,
@@ -50,7 +51,6 @@ from shared.runtime.cache import (
 from shared.runtime.manager import Manager
 from shared.telemetry.tracing import Tracing
 
-CONFIGMAPS = Resource("v1", "configmaps")
 DEADLINE = 5.0  # seconds a test waits for the informer to use up its script; it takes milliseconds
 
 Event = tuple[str, Obj]

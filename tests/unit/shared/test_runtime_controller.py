@@ -10,7 +10,8 @@ import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from shared.kube import ApiError, Resource
+from shared.kube import ApiError
+from shared.resources import Resource
 from shared.runtime.cache import Key, Obj, Store
 from shared.runtime.controller import (
     RESULT_ERROR,

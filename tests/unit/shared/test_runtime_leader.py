@@ -17,7 +17,8 @@ import pytest
 from prometheus_client import CollectorRegistry
 
 from shared.kube import ApiError, Obj
-from shared.runtime.leader import ATTEMPT_PERIODS, LEASES, LeaderElector, microtime
+from shared.resources import LEASES
+from shared.runtime.leader import ATTEMPT_PERIODS, LeaderElector, microtime
 from shared.runtime.metrics import LeaderMetrics
 from tests.support.virtualtime import now, virtual_time
 

@@ -8,7 +8,8 @@ import pytest
 from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
-from shared.kube import Kube, Obj, Resource
+from shared.kube import Kube, Obj
+from shared.resources import Resource
 from shared.runtime.manager import Manager
 from shared.runtime.reads import GET, LIST, Reads
 from shared.telemetry.tracing import Tracing

@@ -15,7 +15,8 @@ from typing import Any
 
 import pytest
 
-from shared.kube import CRDS, ApiError, Kube, Obj, Resource
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import CRDS, Resource
 from shared.runtime.cache import Informer, Store
 from shared.runtime.served import Served, crd_name, established, slim_crd
 

@@ -6,7 +6,7 @@ from typing import Any
 
 import pytest
 
-from shared.kube import SERVICES
+from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj
 from shared.runtime.writes import Writer
 
