@@ -237,12 +237,15 @@ class _Pools:
     """The two aiohttp sessions of one event loop and one set of credentials: requests' (bounded)
     and watches' (one connection per open watch, kept between watches)."""
 
-    __slots__ = ("loop", "requests", "watches")
+    __slots__ = ("loop", "requests", "streams", "watches")
 
     def __init__(self, loop: asyncio.AbstractEventLoop, tls: ssl.SSLContext | bool) -> None:
         self.loop = loop  # sessions belong to one event loop: another loop gets pools of its own
         self.requests = self._session(tls, REQUEST_POOL_SIZE)
         self.watches = self._session(tls, 0)
+        # The watches streaming now: closing a session does not wake a reader of a streamed body
+        # (aiohttp detaches the body before the connection's end reaches it), so ``close`` does.
+        self.streams: set[aiohttp.ClientResponse] = set()
 
     @staticmethod
     def _session(tls: ssl.SSLContext | bool, limit: int) -> aiohttp.ClientSession:
@@ -258,6 +261,8 @@ class _Pools:
         )
 
     async def close(self) -> None:
+        for stream in list(self.streams):
+            stream.content.set_exception(aiohttp.ClientConnectionError("the client's pools were closed"))
         await asyncio.gather(self.requests.close(), self.watches.close(), return_exceptions=True)
 
 
@@ -443,6 +448,8 @@ class Kube:
         idle = idle_timeout if idle_timeout is not None else timeout_seconds + WATCH_IDLE_GRACE_SECONDS
         timeout = aiohttp.ClientTimeout(sock_connect=self.timeout.connect, sock_read=idle)
         response = await self._answer("GET", path, params, None, "", timeout, watch=True)
+        streams = self._pools.streams if self._pools is not None else set()
+        streams.add(response)
         clean = False
         try:
             if response.status != 200:
@@ -463,6 +470,7 @@ class Kube:
                 event = loads(last)
                 yield event["type"], event["object"]
         finally:
+            streams.discard(response)
             if clean:
                 response.release()  # read to its end: the connection carries the next watch
             else:

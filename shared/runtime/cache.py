@@ -22,16 +22,18 @@ Decides:
   asks for longer); a watch the server ends normally is started again from the last resourceVersion
   seen (an event's or a BOOKMARK's);
 * **how long a watch lasts, and how long it may be silent**: HTTP/1.1 has no ping, and the only
-  traffic the API server promises on a quiet watch is a BOOKMARK about every minute and one 2 s
-  before the watch's ``timeoutSeconds`` runs out (then it ends the watch). An idle bound tied to the
+  traffic the API server sends on a quiet watch is a BOOKMARK about every minute (from its watch
+  cache, with ``allowWatchBookmarks``), often one 2 s before the watch's ``timeoutSeconds`` runs
+  out, and the watch's end at that time. An idle bound tied to the
   minute's bookmark would leave an informer blind for over a minute behind a connection that died
   silently (a proxy or load balancer that lost its flows answers TCP keepalive for the dead peer).
   So each watch asks for a short ``timeoutSeconds``, drawn anew for every watch from
   [``WATCH_TIMEOUT_MIN_SECONDS``, ``WATCH_TIMEOUT_MAX_SECONDS``] (jittered, so informers do not
   re-watch in lockstep), and its idle bound is that plus ``WATCH_IDLE_GRACE_SECONDS``: a healthy
-  watch never stays silent that long (its bookmark, then its end, come before), so a dead one is
-  noticed within ``WATCH_TIMEOUT_MAX_SECONDS + WATCH_IDLE_GRACE_SECONDS`` (10 s) and the re-list
-  follows at once. A watch that ends normally is resumed from its bookmark's resourceVersion on a
+  watch never stays silent that long (its end comes before, and most often a bookmark before it), so
+  a dead one is noticed within ``WATCH_TIMEOUT_MAX_SECONDS + WATCH_IDLE_GRACE_SECONDS`` (10 s) and
+  the re-list follows at once. A watch that ends normally is resumed from the last resourceVersion
+  it brought (its bookmark's, which keeps it fresh however quiet the kind) on a
   kept connection, from the API server's watch cache: no handshake, no re-list, a few requests a
   minute per informer;
 * **where a LIST reads from**: the first LIST, and every LIST after a 410, is a consistent read

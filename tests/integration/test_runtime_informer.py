@@ -194,10 +194,11 @@ async def test_watch_idle_timeout_is_a_clear_timeout_error(kube: Kube, namespace
                 pass
 
 
-async def test_a_quiet_watch_hears_a_bookmark_and_ends_on_time(kube: Kube, namespace: str) -> None:
+async def test_a_quiet_watch_ends_on_time(kube: Kube, namespace: str) -> None:
     """The pulse the informers' idle bound relies on: a watch with nothing to tell, from a recent
-    resourceVersion (served by the watch cache), gets a BOOKMARK before the server ends it at its
-    short timeoutSeconds, well within the idle bound."""
+    resourceVersion (served by the watch cache), is ended by the server at its short timeoutSeconds,
+    within the idle bound; at most a BOOKMARK comes before (the watch cache sends one 2 s before
+    the end when its bookmark timer catches the watch, not every time)."""
     listing = await kube.list(CONFIGMAPS.path(namespace))
     started = asyncio.get_running_loop().time()
     events = kube.watch(
@@ -209,5 +210,5 @@ async def test_a_quiet_watch_hears_a_bookmark_and_ends_on_time(kube: Kube, names
     async with asyncio.timeout(DEADLINE), contextlib.aclosing(events):
         kinds = [kind async for kind, _ in events]
     took = asyncio.get_running_loop().time() - started
-    assert kinds == ["BOOKMARK"]
+    assert set(kinds) <= {"BOOKMARK"}
     assert WATCH_TIMEOUT_MIN_SECONDS - 1 <= took < WATCH_TIMEOUT_MIN_SECONDS + WATCH_IDLE_GRACE_SECONDS

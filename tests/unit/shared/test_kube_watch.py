@@ -476,3 +476,23 @@ async def test_a_call_cancelled_while_waiting_retires_the_pools() -> None:
                 await kube.get(CONFIGMAPS.path("ns", "a"))
         assert kube._pools is None  # the next call dials afresh
         await kube.close()
+
+
+async def test_a_silent_watch_fails_the_other_watches_of_its_time_at_once() -> None:
+    # aiohttp detaches a streamed body before a closed connection's end reaches it: the client
+    # wakes its open watches itself, or they would wait forever (their idle timers are dropped too).
+    silent = Answer([ok_head() + chunked(LINES[0])[:-5]], hold=True)
+    async with serving(silent, silent) as server:
+        kube, _ = kube_for(server)
+        seen: list[str] = []
+        patient = asyncio.create_task(
+            kinds_until_failure(kube.watch(CONFIGMAPS.path("ns"), idle_timeout=DEADLINE * 10), seen)
+        )
+        while not seen:  # noqa: ASYNC110 - the first event is the patient watch's only sign
+            await asyncio.sleep(0)
+        with pytest.raises(kr8s.APITimeoutError):
+            await kinds_until_failure(kube.watch(CONFIGMAPS.path("ns"), idle_timeout=IDLE), [])
+        async with asyncio.timeout(DEADLINE):
+            with pytest.raises(NO_ANSWER):
+                await patient
+        await kube.close()
