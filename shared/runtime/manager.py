@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Coroutine, Iterable, Mapping
+from collections.abc import Callable, Coroutine, Iterable
 from dataclasses import dataclass
 from typing import Final
 
@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from shared.kube import Kube
 from shared.resources import Resource
-from shared.runtime.cache import Fold, Indexer, Informer, Obj, Store
+from shared.runtime.cache import Informer, Store
 from shared.runtime.controller import Cache, Controller, Reconciler, Wiring, Write
 from shared.runtime.leader import LeaderElector
 from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
@@ -117,33 +117,11 @@ class Manager:
 
     # --- declaration -----------------------------------------------------------------------------
 
-    def informer(
-        self,
-        resource: Resource,
-        *,
-        indexers: Mapping[str, Indexer] | None = None,
-        fold: Fold | None = None,
-        transform: Callable[[Obj], Obj] | None = None,
-        label_selector: str = "",
-        field_selector: str = "",
-        page_size: int = 500,
-        optional: bool = False,
-    ) -> Informer:
-        """Declare the cache of one kind outside any wiring (see ``Cache``)."""
-        if resource in self.informers:
-            raise ValueError(f"{resource.plural} is already cached")
-        return self._cache(
-            Cache(
-                resource,
-                indexers=dict(indexers or {}),
-                fold=fold,
-                transform=transform,
-                label_selector=label_selector,
-                field_selector=field_selector,
-                page_size=page_size,
-                optional=optional,
-            )
-        )
+    def informer(self, spec: Cache) -> Informer:
+        """Declare the cache of one kind outside any wiring (a wiring declares its own)."""
+        if spec.resource in self.informers:
+            raise ValueError(f"{spec.resource.plural} is already cached")
+        return self._cache(spec)
 
     def _cache(self, spec: Cache) -> Informer:
         """The informer of one declared cache. An ``optional`` kind's informer is gated on its

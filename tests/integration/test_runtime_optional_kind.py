@@ -19,6 +19,7 @@ from prometheus_client import CollectorRegistry
 
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import CRDS, Resource
+from shared.runtime.controller import Cache
 from shared.runtime.manager import Manager
 from shared.runtime.served import crd_name, established
 from shared.telemetry.tracing import Tracing
@@ -115,7 +116,7 @@ async def test_an_optional_kind_is_served_when_its_crd_appears_and_leaves_with_i
 ) -> None:
     manager = Manager(kube, CollectorRegistry(), Tracing(NoOpTracerProvider(), "test"))
     seen = Seen()
-    manager.informer(GADGETS, optional=True).add_handler(seen)
+    manager.informer(Cache(GADGETS, optional=True)).add_handler(seen)
     # The CRD cache is declared with the optional kind: RBAC follows from it (list, watch).
     assert CRDS in manager.informers
     assert manager.required_rules()[("apiextensions.k8s.io", "customresourcedefinitions")] == {

@@ -48,6 +48,7 @@ from shared.runtime.cache import (
     key_of,
     watch_timeout,
 )
+from shared.runtime.controller import Cache
 from shared.runtime.manager import Manager
 from shared.telemetry.tracing import Tracing
 
@@ -945,7 +946,7 @@ async def test_an_open_watch_that_hears_nothing_past_its_bound_is_blind() -> Non
 async def test_a_blind_informer_fails_the_managers_liveness() -> None:
     kube = ScriptedKube(lists=[page([], "10")], watches=[])
     manager = Manager(kube, CollectorRegistry(), Tracing(trace.NoOpTracerProvider(), "test"))
-    informer = manager.informer(CONFIGMAPS)
+    informer = manager.informer(Cache(CONFIGMAPS))
     clock = Clock()
     informer._clock = clock  # the manager builds its informers on the real clock
     task = asyncio.create_task(informer.run())
