@@ -303,6 +303,11 @@ class Kube:
             api = await kr8s.asyncio.api(kubeconfig=kubeconfig) if kubeconfig else await kr8s.asyncio.api()
         return cls(api, timeout=timeout)
 
+    def with_own_connections(self) -> Kube:
+        """A client with the same credentials and timeouts but pools of its own (and no tracer):
+        for traffic that must never queue behind the rest for a connection (lease renewals)."""
+        return Kube(self.api, timeout=self.timeout, sleep=self._sleep)
+
     async def close(self) -> None:
         """Close every connection (a process that ends need not: its sockets go with it)."""
         pools, self._pools = self._pools, None

@@ -103,7 +103,10 @@ class Manager:
         self.elector: LeaderElector | None = None
         if leader_election is not None and leader_election.enabled:
             self.elector = LeaderElector(
-                kube,
+                # Connections of its own (same credentials), as controller-runtime gives leader
+                # election a client of its own: a renewal never queues behind the reconcilers'
+                # writes for a place in the request pool, which a start over hundreds of objects fills.
+                kube.with_own_connections(),
                 leader_election.namespace,
                 leader_election.name,
                 leader_election.identity or default_identity(),
