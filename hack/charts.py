@@ -276,7 +276,8 @@ def values_of(chart: Chart) -> list[Value]:
                     chart.vm_datapath,
                     {"type": "string", "enum": ["none", "cozy-proxy"]},
                     f"The VM datapath the platform runs ({chart.env_prefix}_VM_DATAPATH): cozy-proxy "
-                    "when a cozy-proxy contract implementor is deployed; none: the VM methods render nothing.",
+                    "when a cozy-proxy contract implementor is deployed; none: the VM methods render "
+                    "nothing.",
                 )
             ]
             if chart.vm_datapath is not None

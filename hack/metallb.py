@@ -42,11 +42,12 @@ from typing import Any, Final
 import httpx
 import yaml
 
+from shared.kube import NO_ANSWER, ApiError, Kube, Obj
+from shared.resources import CRDS, NAMESPACES, Resource
+
 API_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"  # temporary: the pool mirror goes (ea-tests)
 IP_ADDRESS_CLASS_PLURAL: Final = "ipaddressclasses"
 PROVIDER_METALLB: Final = "MetalLB"
-from shared.kube import NO_ANSWER, ApiError, Kube, Obj
-from shared.resources import CRDS, NAMESPACES, Resource
 
 ROOT: Final = Path(__file__).resolve().parents[1]
 TOOL_DIR: Final = ROOT / "hack" / "tools" / "metallb"
