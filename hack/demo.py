@@ -497,7 +497,7 @@ async def run_operators(
         operator(
             "operators.endpointattachment", cluster, logs / "endpointattachment-operator.log", tracing
         ) as ea_port,
-        metallb(kube, cluster.kubeconfig, logs / "metallb.log", mirror_classes=False, remove_pools=False),
+        metallb(kube, cluster.kubeconfig, logs / "metallb.log"),
         substrate(kube),
     ):
         print(f"operators running (logs in {logs}); building the sample world...")
