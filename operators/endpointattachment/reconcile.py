@@ -237,10 +237,11 @@ class Plan:
         return next((c for c in self.conditions if c.type == PROVISIONED), None)
 
     @property
-    def waits_for_load_balancer(self) -> bool:
-        """Everything is in place but the load balancer's answer."""
+    def waits_for_answer(self) -> bool:
+        """Everything is in place but another component's answer: the substrate binding the claim
+        just minted, or the load balancer announcing the address."""
         found = self.provisioned
-        return found is not None and found.reason == REASON_WAITING_FOR_ADDRESS
+        return found is not None and found.reason in (REASON_WAITING_FOR_ADDRESS, REASON_CLAIM_PENDING)
 
     def status_patch(self, stored_status: Mapping[str, Any] | None, now: str) -> JsonPatch:
         """The JSON patch that stores this plan's status; empty when nothing changes (or finalizing)."""
