@@ -401,10 +401,7 @@ async def run(
     async with metallb(kube, kubeconfig, log_path.parent / "metallb.log") as balancer:
         await declare_pool(kube, BASELINE_POOL, [f"{BASELINE_NETWORK}/{options.prefix}"])
         await balancer.wait_for_pool(BASELINE_POOL)
-        say(
-            f"attach: MetalLB up, pools {sorted(balancer.mirror.declared if balancer.mirror else {})} and "
-            f"{BASELINE_POOL} loaded (log: {balancer.log_path})"
-        )
+        say(f"attach: MetalLB up, pool {BASELINE_POOL} loaded (log: {balancer.log_path})")
         return await _run_with(
             options, kube, kubeconfig, endpoints, address_class, balancer, pids, log_path, say
         )
