@@ -72,7 +72,7 @@ class RuntimeSettings:
     stuck_seconds: float = DEFAULT_STUCK_SECONDS
 
 
-def _bool(text: str) -> bool:
+def flag_bool(text: str) -> bool:
     return text.strip().lower() in ("1", "true", "yes", "on")
 
 
@@ -106,7 +106,7 @@ def add_runtime_flags(parser: argparse.ArgumentParser, prefix: str, leader_elect
         prefix,
         "leader-elect",
         d.leader_elect,
-        _bool,
+        flag_bool,
         help="elect a leader through a Lease (default true); false: this replica always leads",
     )
     add_env_flag(parser, prefix, "leader-election-namespace", d.leader_election_namespace)

@@ -1,76 +1,62 @@
-"""The EndpointAttachment operator on the controller runtime: its caches, three controllers and a
-repair loop, declared.
+"""The EndpointAttachment operator on the controller runtime: its caches and its controller, declared.
 
 Decides: the glue, and only the glue.
 
-* **what wakes which pass**: one wiring block per controller. Each watched kind maps a change to the
-  keys it concerns through a named map function of one version (the runtime maps both: a Service
-  leaving the proxy frees the pods it held for others), behind predicates: a status-only
-  change of a class or a ServiceProxy wakes no one (status is ours, and no pass reads it), nor does
-  one of a HelmRelease (only its labels and UID are read) or a Namespace that kept its labels. A
-  change wakes only the passes that read what changed, so no kind wakes every attachment per event:
-  a mint wakes its minter alone (only a freed address concerns the class's address-less), a slice
-  wakes VM-mode attachments alone and only when its ready backends change (all of them only for a
-  proxied Service's slice), and a proxied Service wakes them all only when it joins or leaves its
-  proxy or changes controller. The runtime drops the echo of our own writes by resourceVersion and
-  never wakes the pass that wrote.
-* **attachments**: a pass builds ``Observed`` from the caches (``world``), asks the pure
-  ``reconcile`` for a plan, and applies it. A mint or a claim binding changes what the plan is made
-  of, so the pass decides again at once from the caches (the write's answer is already in them) for
-  a few rounds (``MAX_ROUNDS_PER_PASS``), instead of queueing behind every other attachment. The
-  pass that creates the rendered Service holds its status back (``STATUS_HOLD_SECONDS``) while it
-  only waits for the load balancer: the answer usually comes first and the pass it wakes writes the
-  status once, Ready; otherwise a re-check writes AddressPending when the hold runs out.
-* **claims**: ``claims.reconcile_claim`` / ``finalize_claim``, with the same re-deciding after a
-  mint or a release; a user recorded on a claim whose attachment is gone (deleted without its
-  finalizer running) is cleared once the API, not only the cache, confirms it is gone.
-* **classes**: ``status.capacity``, ``status.allocated`` and the Ready condition
-  (``repair.class_status``) from the class's allocations (debounced: a burst of mints is one status
-  write).
-* our finalizer on attachments and claims orders deletion: the rendered Service first, then, once
-  the cache sees it gone (its deletion wakes the pass through ``owns``), the address (allocation
-  deleted, claim use cleared), then the finalizer.
-* the API's refusal of the rendered Service (400, 403, 422: validation, a webhook or policy, a quota,
-  a terminating namespace) is remembered per attachment (``reconcile.ServiceRefusal``) and handed to
-  the next decision, which reports it and does not send the same request again; no traceback, no
-  backoff loop. A create that finds the name taken (409) reads the squatter into the cache and decides
-  again at once (``ServiceNameConflict``). When the pass last changed the rendered Service, and the
-  time, go to the decision too (``reconcile.PassContext``), which asks to look again at the announce
-  deadline or the quota retry (``Result(requeue_after=...)``). What is remembered is lost on a
-  restart: the first pass then sends the request once more.
-* **exclusivity and cozy-proxy**: Pods are cached (unfinished ones, only their labels and phase:
-  ``world.slim_pod``), so exclusivity is decided over the pods an endpoint selects before any of
-  them has an endpoint; a Pod appearing, going or changing labels wakes the VM-mode attachments of
-  its namespace. Whenever a pass deletes or patches a proxied Service of ours, the other proxied
-  Services that selected its pods (``World.survivors_of``) get ``REPROGRAM_ANNOTATION``, so
-  cozy-proxy, whose deletes are keyed on the pod, programs them again.
-* the repair loop (leader only) deletes orphaned allocations (``repair.orphans``) after a grace.
+* **what wakes a pass**: one wiring block. Each watched kind maps a change to the attachments it
+  concerns through a named map function of one version (the runtime maps both), behind predicates
+  where only part of a change matters: a claim wakes the attachments referencing it and the one
+  that minted it (``owns``); an IPAddress (its binding, its ``associatedTo``) wakes the attachments
+  of its claim; a class wakes those of its claims; a Service wakes the attachments whose endpoint
+  it is and those whose claim it names (a rival user of the claim); the substrate's CRDs becoming
+  served (or not) wake every attachment; Pods, EndpointSlices and proxied Services wake only the
+  VM-mode attachments, and v1 Endpoints only the attachment whose rendered Service they are of; a
+  HelmRelease wakes the attachments naming its application. The runtime drops the echo of our own
+  writes by resourceVersion and never wakes the pass that wrote.
+* **a pass**: builds ``Observed`` from the caches (``world``), asks the pure ``reconcile`` for a
+  plan, and applies it: the attachment's metadata (our finalizer, the owner reference to the
+  application and its lineage labels) in one patch, a minted claim (then decides again at once: the
+  write's answer is already in the cache), surplus claims and Services of ours deleted, the Service
+  created, patched or deleted, the one ``PROGRAMMED_ANNOTATION`` touch, and the status. The pass
+  that creates the Service holds its status back (``STATUS_HOLD_SECONDS``) while it only waits for
+  the load balancer: the answer usually comes first and the pass it wakes writes the status once,
+  Provisioned. A pass never decides while a substrate CRD is established but its informer has not
+  listed yet (it looks again in ``CATCH_UP_SECONDS``).
+* the API's refusal of the Service (400, 403, 422) is remembered per attachment
+  (``reconcile.ServiceRefusal``) and handed to the next decision, which reports it and does not send
+  the same request again; no traceback, no backoff loop. What is remembered is lost on a restart:
+  the first pass then sends the request once more.
+* **deletion**: our finalizer holds the attachment until its Services are gone; each deletion of a
+  proxied Service of ours (or a change of it) gets the other proxied Services that selected its pods
+  (``World.survivors_of``) ``REPROGRAM_ANNOTATION``, so cozy-proxy, whose deletes are keyed on the
+  pod, programs them again. The minted claim is left to garbage collection (owner reference).
 
-Does not: decide any condition, name, address or Service field (the pure modules do), adopt or delete
-a Service without our controller reference, write labels or annotations to objects it does not own
-(but for ``REPROGRAM_ANNOTATION``, our own key, on a proxied survivor), or write anything but through
-the runtime's ``Writer`` (leader gate, write-through).
+Does not: decide any condition, name or Service field (the pure modules do), adopt or delete a
+Service or claim without our controller reference, write a referenced claim, write labels or
+annotations to objects it does not own (but for ``REPROGRAM_ANNOTATION``, our own key, on a
+proxied survivor), or write anything but through the runtime's ``Writer`` (leader gate,
+write-through).
 """
 
 from __future__ import annotations
 
-import asyncio
 import dataclasses
 import enum
 import logging
 import time
 from collections.abc import Callable, Mapping
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 from typing import Any, Final
 
 from prometheus_client import CollectorRegistry
 
-from operators.endpointattachment import allocator, claims, repair
-from operators.endpointattachment.constants import (
-    ENDPOINT_ATTACHMENT_KIND,
+from operators.endpointattachment.api import (
+    ADDRESSES,
+    ATTACHMENT_KIND,
+    ATTACHMENTS,
+    CLAIM_ANNOTATION,
+    CLAIMS,
+    CLASSES,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
-    IP_ADDRESS_CLAIM_KIND,
-    IP_ADDRESS_CLASS_KIND,
     PROGRAMMED_ANNOTATION,
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
@@ -87,28 +73,21 @@ from operators.endpointattachment.reconcile import (
 )
 from operators.endpointattachment.settings import Settings
 from operators.endpointattachment.world import (
-    ALLOCATIONS,
-    ATTACHMENTS,
-    BY_CLAIM,
+    BY_APPLICATION,
     BY_CLASS,
     BY_ENDPOINT,
     BY_NAMESPACE,
-    BY_RENDERED_SERVICE,
-    BY_USER,
     CACHES,
-    CLAIMS,
-    CLASSES,
-    HELMRELEASES,
-    PROXIES,
+    SUBSTRATE,
     World,
-    holder_of,
+    controller_attachment_uid,
     labels,
 )
-from shared.conditions import rfc3339, status_patch
+from shared.conditions import rfc3339
 from shared.kube import ApiError
-from shared.lineage import application_of, belongs_to
+from shared.lineage import application_of
 from shared.ownership import sole_controller
-from shared.resources import ENDPOINT_SLICES, ENDPOINTS, NAMESPACES, PODS, SERVICES
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import (
     Caches,
@@ -118,106 +97,98 @@ from shared.runtime.controller import (
     Write,
     generation_changed,
     labels_changed,
-    until_settled,
 )
 from shared.runtime.manager import Manager
+from shared.runtime.served import CRDS, crd_name, established
 from shared.runtime.writes import Writer, blocks_deletion_of, sets_owner_references
 from shared.telemetry.metrics import on_loop
 from shared.telemetry.tracing import current_pass
 
 log = logging.getLogger("endpointattachment")
 
-# Our finalizer holds an attachment (and a claim) until its Service and address are released. It is
-# written by this operator, never by kopf: kopf only runs the process and has no resource handler,
-# so kopf's own finalizer must merely be another name (KOPF_FINALIZER, which it then never adds).
+# Our finalizer holds an attachment until its Services are gone. It is written by this operator,
+# never by kopf: kopf only runs the process and has no resource handler, so kopf's own finalizer
+# must merely be another name (KOPF_FINALIZER, which it then never adds).
 FINALIZER: Final = "endpointattachment.local.sdn.cozystack.io/finalizer"
 KOPF_FINALIZER: Final = "endpointattachment.operator.cozystack.io/kopf"
 # kopf's annotation prefix: ours alone, never shared with the GPUClass operator or kopf's default.
 STORAGE_PREFIX: Final = "endpointattachment.operator.cozystack.io"
 
-# Rounds of decide-and-apply in one pass before it yields its worker (a mint racing other minters
-# for a nearly full pool can take several); a pass that has not settled by then runs again.
+# Rounds of decide-and-apply in one pass before it yields its worker (a mint, then the claim seen).
 MAX_ROUNDS_PER_PASS: Final = 4
 # A pass that has just created the rendered Service writes no status: the load balancer's answer
-# usually comes first, and the pass it wakes writes the status once (Ready). When it does not come
-# within this hold, a re-check writes AddressPending. One status write per attachment, not two.
+# usually comes first, and the pass it wakes writes the status once (Provisioned). When it does not
+# come within this hold, a re-check writes WaitingForAddress. One status write, not two.
 STATUS_HOLD_SECONDS: Final = 1.0
-# status.capacity is an int64 in the CRD: larger pools report it saturated.
-INT64_MAX: Final = 2**63 - 1
-# The shortest timed re-check a pass asks for (an announce deadline just past is not a busy loop).
+# The shortest timed re-check a pass asks for (a deadline just past is not a busy loop).
 MIN_RECHECK_SECONDS: Final = 0.05
-# A class's counts are for people and alerts, read by no pass: a burst of mints and releases is
-# one status write, a moment after the burst (and never more than a few seconds late).
-CLASS_STATUS_DEBOUNCE_SECONDS: Final = 0.25
-CLASS_STATUS_MAX_DELAY_SECONDS: Final = 2.0
+# A substrate CRD just became established and its informer is listing: look again this soon.
+CATCH_UP_SECONDS: Final = 0.2
+# The names of the substrate's CRDs (a change of one wakes every attachment).
+SUBSTRATE_CRDS: Final = frozenset(crd_name(resource) for resource in SUBSTRATE)
 
 
 def _now() -> str:
     return rfc3339(datetime.now(UTC))
 
 
-def is_deletion(old: Obj | None, new: Obj | None) -> bool:
-    """Only the object's disappearance from the cache."""
-    return new is None
-
-
 # --- map functions: one version of one object -> the keys it concerns -----------------------------
-# The runtime maps both versions of a change (whom the old one concerned, too); what depends on the
-# change itself (an address freed, a Service joining a proxy) is a predicate of its own watch.
 
 
-def attachments_of_claim(caches: Caches, claim: Obj) -> frozenset[Key]:
-    """The attachments naming the claim (its phase, address and recorded user decide AddressBound)."""
-    return caches.store(ATTACHMENTS).index_keys(BY_CLAIM, key_of(claim))
+def attachments_of_claim(caches: Caches, claim: Obj) -> set[Key]:
+    """The attachments referencing the claim (the one that minted it is woken through ``owns``)."""
+    return World(caches).attachments_using(key_of(claim))
+
+
+def attachments_of_address(caches: Caches, address: Obj) -> set[Key]:
+    """The attachments of the claim the address is bound to (its binding and ``associatedTo``
+    decide ClaimPending and ClaimInUse)."""
+    ref = (address.get("spec") or {}).get("claimRef") or {}
+    if not isinstance(ref, Mapping) or not ref.get("name"):
+        return set()
+    return World(caches).attachments_using((str(ref.get("namespace") or ""), str(ref["name"])))
 
 
 def attachments_of_class(caches: Caches, ip_class: Obj) -> set[Key]:
-    """The attachments minting from the class, and those whose claim is of that class."""
-    return set(World(caches).of_class(key_of(ip_class)[1]))
+    """The attachments whose claim is of the class (its loadBalancerClass is rendered)."""
+    world = World(caches)
+    keys: set[Key] = set()
+    for claim in world.claims.index(BY_CLASS, key_of(ip_class)[1]):
+        keys |= world.attachments_using(key_of(claim))
+    return keys
 
 
-def holder_of_allocation(caches: Caches, allocation: Obj) -> set[Key]:
-    """The attachment holding the allocation (a burst of mints wakes no one but the minters)."""
-    holder = holder_of(allocation)
-    if holder.get("kind") != ENDPOINT_ATTACHMENT_KIND:
-        return set()
-    return {(str(holder.get("namespace") or ""), str(holder.get("name") or ""))}
+def is_substrate_crd(old: Obj | None, new: Obj | None) -> bool:
+    """A substrate CRD added, deleted, or established / no longer established."""
+    crd = new if new is not None else old
+    name = str(((crd or {}).get("metadata") or {}).get("name") or "")
+    if name not in SUBSTRATE_CRDS:
+        return False
+    return old is None or new is None or established(old) != established(new)
 
 
-def address_freed(old: Obj | None, new: Obj | None) -> bool:
-    """An allocation deleted, or no longer for the same address of the same class: an address freed."""
-    return old is not None and (new is None or _address_of(old) != _address_of(new))
-
-
-def address_less_of_class(caches: Caches, allocation: Obj) -> set[Key]:
-    """Every attachment minting from the allocation's class that holds no address (behind
-    ``address_freed``: a freed address may end its PoolExhausted or AddressInUse)."""
-    return World(caches).address_less(str((allocation.get("spec") or {}).get("className")))
-
-
-def _address_of(allocation: Obj) -> tuple[Any, Any]:
-    spec = allocation.get("spec") or {}
-    return spec.get("className"), spec.get("address")
-
-
-def attachments_in_vm_mode(caches: Caches, obj: Obj) -> frozenset[Key]:
-    """Every attachment in a VM mode (a ServiceProxy's declaration, or a proxied Service's
-    exclusivity reading, concerns them all)."""
-    return World(caches).in_vm_mode()
+def every_attachment(caches: Caches, crd: Obj) -> set[Key]:
+    """Every attachment (the substrate arriving or going concerns them all; a rare event)."""
+    return set(caches.store(ATTACHMENTS).keys())
 
 
 def attachments_of_service(caches: Caches, service: Obj) -> set[Key]:
-    """The attachments using the Service as their endpoint; the attachment whose rendered name a
-    Service not controlled by an attachment squats, labelled or not (to report the conflict, and to
-    render once the squatter is gone). The attachment controlling a rendered Service is woken
-    through ``owns``; every VM-mode attachment, by ``attachments_in_vm_mode`` behind
-    ``proxy_reading_changed``."""
+    """The attachments whose endpoint the Service is, and, when it names a claim and is not that
+    attachment's own, those using the claim (a rival user: ClaimInUse). The attachment controlling a
+    rendered Service is woken through ``owns``; every VM-mode attachment, by
+    ``attachments_in_vm_mode`` behind ``proxy_reading_changed``."""
     world = World(caches)
-    key = key_of(service)
-    keys = set(world.attachments.index_keys(BY_ENDPOINT, key))
-    if (sole_controller(service) or {}).get("kind") != ENDPOINT_ATTACHMENT_KIND:
-        keys |= world.attachments.index_keys(BY_RENDERED_SERVICE, key)
+    namespace, name = key_of(service)
+    keys = set(world.attachments.index_keys(BY_ENDPOINT, (namespace, name)))
+    claim = ((service.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION)
+    if claim:
+        keys |= world.attachments_using((namespace, str(claim)))
     return keys
+
+
+def attachments_in_vm_mode(caches: Caches, obj: Obj) -> frozenset[Key]:
+    """Every attachment with a VM method (a proxied Service's exclusivity reading concerns them all)."""
+    return World(caches).in_vm_mode()
 
 
 def proxy_reading_changed(old: Obj | None, new: Obj | None) -> bool:
@@ -227,8 +198,6 @@ def proxy_reading_changed(old: Obj | None, new: Obj | None) -> bool:
 
 
 def _as_proxied(service: Obj | None) -> tuple[str, Any, Any, Any, Any] | None:
-    """What the exclusivity check reads of a Service itself: its proxy, its controller and its
-    selector (None when it is not, or no longer, delegated to a proxy)."""
     proxy = labels(service).get(SERVICE_PROXY_NAME_LABEL) if service is not None else None
     if proxy is None or service is None:
         return None
@@ -242,11 +211,13 @@ def slice_reading_changed(old: Obj | None, new: Obj | None) -> bool:
     return old is None or new is None or _slice_reading(old) != _slice_reading(new)
 
 
+def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
+    return labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL), ready_backends((endpoint_slice,))
+
+
 def attachments_of_slice(caches: Caches, endpoint_slice: Obj) -> set[Key]:
     """VM-mode attachments only (no other mode reads a slice): those whose endpoint the slice
-    serves, and all of them when the slice is of a proxied Service (its backends decide
-    exclusivity). A slice whose Service is not cached yet wakes no one for exclusivity: the
-    Service's own arrival does."""
+    serves, and all of them when the slice is of a proxied Service (its backends decide exclusivity)."""
     world = World(caches)
     in_vm_mode = world.in_vm_mode()
     if not in_vm_mode:
@@ -262,152 +233,62 @@ def programmed_reading_changed(old: Obj | None, new: Obj | None) -> bool:
     return old is None or new is None or programmed_backends(old) != programmed_backends(new)
 
 
-def attachment_of_rendered_endpoints(caches: Caches, endpoints: Obj) -> frozenset[Key]:
+def attachment_of_rendered_endpoints(caches: Caches, endpoints: Obj) -> set[Key]:
     """The VM-mode attachment whose rendered Service these v1 Endpoints are of (named alike): what
-    cozy-proxy reads decides its Ready and the one touch of ``PROGRAMMED_ANNOTATION``."""
+    cozy-proxy reads decides its Provisioned and the one touch of ``PROGRAMMED_ANNOTATION``."""
     world = World(caches)
-    return world.attachments.index_keys(BY_RENDERED_SERVICE, key_of(endpoints)) & world.in_vm_mode()
-
-
-def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
-    """What a pass reads of a slice: its Service and its ready backends."""
-    return labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL), ready_backends((endpoint_slice,))
+    service = world.services.get(key_of(endpoints))
+    owner = world.attachment_controlling(service) if service is not None else None
+    return {owner} if owner is not None and owner in world.in_vm_mode() else set()
 
 
 def attachments_of_pod(caches: Caches, pod: Obj) -> frozenset[Key]:
-    """The VM-mode attachments of the pod's namespace, when a pod appears, goes (or finishes: the
-    cache's field selector drops it) or changes its labels: which Services select it decides
-    exclusivity, before the pod has an endpoint (the wiring's ``labels_changed`` predicate)."""
+    """The VM-mode attachments of the pod's namespace, when a pod appears, goes or changes labels:
+    which Services select it decides exclusivity, before the pod has an endpoint."""
     world = World(caches)
-    # Pod events are many: intersect with the namespace's index, never scan every VM-mode key.
     return world.attachments.index_keys(BY_NAMESPACE, key_of(pod)[0]) & world.in_vm_mode()
 
 
-def attachments_of_helmrelease(caches: Caches, release: Obj) -> set[Key]:
-    """The attachments of its namespace whose endpoint belongs to the release's application (all of
-    them when the release names none, and those whose endpoint is not cached: it may)."""
-    world = World(caches)
+def attachments_of_helmrelease(caches: Caches, release: Obj) -> frozenset[Key]:
+    """The attachments whose applicationRef names the release's application (by its lineage labels)."""
     app = application_of(release)
-    keys: set[Key] = set()
-    for attachment in world.attachments.index(BY_NAMESPACE, key_of(release)[0]):
-        endpoint = world.endpoint_of(attachment)
-        if app is None or endpoint is None or belongs_to(endpoint, app):
-            keys.add(key_of(attachment))
-    return keys
+    if app is None:
+        return frozenset()
+    index = (key_of(release)[0], app.group, app.kind, app.name)
+    return caches.store(ATTACHMENTS).index_keys(BY_APPLICATION, index)
 
 
-def attachments_in_namespace(caches: Caches, namespace: Obj) -> frozenset[Key]:
-    """The attachments of the namespace (its labels decide a class's allowedNamespaces)."""
-    return caches.store(ATTACHMENTS).index_keys(BY_NAMESPACE, key_of(namespace)[1])
-
-
-# --- map functions: claims -------------------------------------------------------------------------
-
-
-def claims_of_allocation(caches: Caches, allocation: Obj) -> set[Key]:
-    """The claim holding the allocation."""
-    holder = holder_of(allocation)
-    if holder.get("kind") != IP_ADDRESS_CLAIM_KIND or not holder.get("name"):
-        return set()
-    return {(str(holder.get("namespace") or ""), str(holder["name"]))}
-
-
-def claims_of_class(caches: Caches, ip_class: Obj) -> frozenset[Key]:
-    """The claims of the class."""
-    return caches.store(CLAIMS).index_keys(BY_CLASS, key_of(ip_class)[1])
-
-
-def claims_in_namespace(caches: Caches, namespace: Obj) -> frozenset[Key]:
-    """The claims of the namespace (its labels decide a class's allowedNamespaces)."""
-    return caches.store(CLAIMS).index_keys(BY_NAMESPACE, key_of(namespace)[1])
-
-
-def claims_used_by_attachment(caches: Caches, attachment: Obj) -> set[Key]:
-    """The claims recording the attachment as their user: once it is gone (deleted without its
-    finalizer running, the wiring's ``is_deletion``), its claims are freed."""
-    uid = (attachment.get("metadata") or {}).get("uid")
-    if not uid:
-        return set()
-    namespace = key_of(attachment)[0]
-    return {k for k in caches.store(CLAIMS).index_keys(BY_USER, str(uid)) if k[0] == namespace}
-
-
-# --- map functions: classes ------------------------------------------------------------------------
-
-
-def class_of_allocation(caches: Caches, allocation: Obj) -> set[Key]:
-    """The class the allocation counts in."""
-    name = (allocation.get("spec") or {}).get("className")
-    return {("", str(name))} if name else set()
-
-
-# --- the three controllers -------------------------------------------------------------------------
+# --- the controller --------------------------------------------------------------------------------
 
 ATTACHMENT_CONTROLLER: Final = Wiring(
     name="endpointattachment",
     primary=ATTACHMENTS,
-    primary_kind=ENDPOINT_ATTACHMENT_KIND,
-    owns=(SERVICES,),  # the rendered ea-* Service: its controller reference names the attachment
+    primary_kind=ATTACHMENT_KIND,
+    # The rendered Service and the minted claim: their controller reference names the attachment.
+    owns=(SERVICES, CLAIMS),
     watches=(
         Watch(CLAIMS, attachments_of_claim),
+        Watch(ADDRESSES, attachments_of_address),
         Watch(CLASSES, attachments_of_class, (generation_changed,)),
-        Watch(ALLOCATIONS, holder_of_allocation),
-        Watch(ALLOCATIONS, address_less_of_class, (address_freed,)),
-        Watch(PROXIES, attachments_in_vm_mode, (generation_changed,)),
+        Watch(CRDS, every_attachment, (is_substrate_crd,)),
         Watch(SERVICES, attachments_of_service),
         Watch(SERVICES, attachments_in_vm_mode, (proxy_reading_changed,)),
         Watch(ENDPOINT_SLICES, attachments_of_slice, (slice_reading_changed,)),
         Watch(ENDPOINTS, attachment_of_rendered_endpoints, (programmed_reading_changed,)),
         Watch(PODS, attachments_of_pod, (labels_changed,)),
         Watch(HELMRELEASES, attachments_of_helmrelease, (labels_changed,)),
-        Watch(NAMESPACES, attachments_in_namespace, (labels_changed,)),
     ),
     writes=(
-        Write(ATTACHMENTS, ("patch",)),  # our finalizer, the owner reference to the application
+        Write(ATTACHMENTS, ("patch",)),  # our finalizer, the owner reference and lineage labels
         sets_owner_references(ATTACHMENTS),  # that owner reference, where admission enforces it
-        blocks_deletion_of(ATTACHMENTS),  # the rendered Service's blockOwnerDeletion reference
+        blocks_deletion_of(ATTACHMENTS),  # the Service's and the claim's blockOwnerDeletion reference
         Write(ATTACHMENTS, ("patch",), "status"),
         Write(SERVICES, ("create", "patch", "delete")),
-        Write(ALLOCATIONS, ("create", "delete")),  # mint, release
-        Write(CLAIMS, ("patch",), "status"),  # the claim's user
+        Write(CLAIMS, ("create", "delete")),  # a mint; a surplus mint (a lost create answer)
     ),
     caches=CACHES,
     workers=Settings.workers,  # the default: ``build`` applies --workers
 )
-
-CLAIM_CONTROLLER: Final = Wiring(
-    name="ipaddressclaim",
-    primary=CLAIMS,
-    primary_kind=IP_ADDRESS_CLAIM_KIND,
-    watches=(
-        Watch(ALLOCATIONS, claims_of_allocation),
-        Watch(CLASSES, claims_of_class, (generation_changed,)),
-        Watch(NAMESPACES, claims_in_namespace, (labels_changed,)),
-        Watch(ATTACHMENTS, claims_used_by_attachment, (is_deletion,)),
-    ),
-    writes=(
-        Write(CLAIMS, ("patch",)),  # our finalizer
-        Write(CLAIMS, ("patch",), "status"),
-        Write(ALLOCATIONS, ("create", "delete")),
-    ),
-    caches=CACHES,
-    workers=Settings.workers,
-)
-
-CLASS_CONTROLLER: Final = Wiring(
-    name="ipaddressclass",
-    primary=CLASSES,
-    primary_kind=IP_ADDRESS_CLASS_KIND,
-    predicates=(generation_changed,),  # its own status (ours) wakes no one
-    watches=(Watch(ALLOCATIONS, class_of_allocation),),
-    writes=(Write(CLASSES, ("patch",), "status"),),
-    caches=CACHES,
-    debounce=CLASS_STATUS_DEBOUNCE_SECONDS,
-    max_delay=CLASS_STATUS_MAX_DELAY_SECONDS,
-)
-
-
-# --- reconcilers -----------------------------------------------------------------------------------
 
 
 def _read(*objects: Mapping[str, Any] | None) -> None:
@@ -419,6 +300,13 @@ def _read(*objects: Mapping[str, Any] | None) -> None:
 
 def _finalizers(obj: Mapping[str, Any]) -> list[str]:
     return list((obj.get("metadata") or {}).get("finalizers") or [])
+
+
+class _Applied(enum.Enum):
+    """What applying a plan's Service action did, for the rest of the round."""
+
+    CREATED = "created"  # the status waits a moment for the load balancer's answer
+    AGAIN = "again"  # the API's answer changes the decision: decide again now
 
 
 class AttachmentReconciler:
@@ -434,10 +322,9 @@ class AttachmentReconciler:
     ) -> None:
         self.world, self.writer, self.clock, self.wall_clock = world, writer, clock, wall_clock
         self.announce_timeout, self.quota_retry = announce_timeout, quota_retry
-        # Keys whose Service a pass created, until when their AddressPending status is held back.
+        # Keys whose Service a pass created, until when their WaitingForAddress status is held back.
         self._holding: dict[Key, float] = {}
-        # The API's last refusal of each attachment's rendered Service, and when a pass last changed
-        # it (its creation is on the Service itself): what the next decision needs to know.
+        # The API's last refusal of each attachment's Service, and when a pass last changed it.
         self._refusals: dict[Key, ServiceRefusal] = {}
         self._written: dict[Key, datetime] = {}
 
@@ -455,16 +342,16 @@ class AttachmentReconciler:
         return Result(requeue=True)
 
     async def _round(self, key: Key) -> float | None:
-        """Decide and apply once. None: settled; 0: decide again now (a mint or a claim binding
-        changed what the plan is made of); more: the status is held back, look again this much later."""
+        """Decide and apply once. None: settled; 0: decide again now (a mint, a refusal); more: look
+        again this much later (the status held back, a deadline, the substrate's cache catching up)."""
         attachment = self.world.attachments.get(key)
         if attachment is None:
             self._forget(key)
             return None
+        if self.world.substrate_catching_up():
+            return CATCH_UP_SECONDS
         observed = self.world.observed(attachment)
-        # What it reads that an earlier pass wrote: its Service, its address, and a claim's address.
-        claim_address = self.world.held_allocation(observed.claim) if observed.claim is not None else None
-        _read(observed.service, self.world.held_allocation(attachment), claim_address)
+        _read(observed.claim, *observed.services)
         context = PassContext(
             now=self.wall_clock(),
             written_at=self._written.get(key),
@@ -475,33 +362,37 @@ class AttachmentReconciler:
         plan = reconcile(observed, context)
         if plan.finalizing:
             self._forget(key)
-            await self._finalize(attachment, plan, observed.service)
+            await self._finalize(attachment, plan)
             return None
         attachment = await self.writer.ensure_metadata(
-            ATTACHMENTS, attachment, finalizer=FINALIZER, owner_reference=plan.owner_reference
+            ATTACHMENTS,
+            attachment,
+            finalizer=FINALIZER,
+            owner_reference=plan.owner_reference,
+            labels=plan.labels,
         )
+        for surplus in plan.delete_claims:
+            log.info("%s/%s: deleting claim %s, a second mint", *key, key_of(surplus)[1])
+            await self.writer.delete(CLAIMS, surplus)
+        for surplus in plan.surplus_services:
+            log.info("%s/%s: deleting Service %s, a second render", *key, key_of(surplus)[1])
+            await self._delete_service(surplus)
         if plan.mint is not None:
-            await allocator.mint(self.writer, plan.mint.allocation)
-            return 0.0
-        if plan.bind_claim is not None and observed.claim is not None:
-            await allocator.bind_claim(self.writer, observed.claim, plan.bind_claim.attachment)
+            await self.writer.create(CLAIMS, plan.mint)
             return 0.0
         now = self.clock()
-        applied = await self._apply_service(key, plan, observed.service)
+        applied = await self._apply_service(key, plan)
         if applied is _Applied.AGAIN:
-            return 0.0  # refused, or the name was taken: the next round reports it
+            return 0.0  # refused: the next round reports it
         if applied is _Applied.CREATED:
             self._holding[key] = now + STATUS_HOLD_SECONDS
-        if plan.programmed is not None and observed.service is not None:
-            await self._touch_programmed(observed.service, plan.programmed)
+        if plan.programmed is not None and plan.service is not None:
+            await self._touch_programmed(plan.service, plan.programmed)
         held = self._held_for(key, plan, now)
         if held is None:
             await self.writer.patch_status(
                 ATTACHMENTS, attachment, plan.status_patch(attachment.get("status"), _now())
             )
-        for surplus in self.world.surplus_allocations(attachment):
-            log.info("releasing %s: a second allocation of %s/%s", key_of(surplus)[1], *key)
-            await allocator.release(self.writer, surplus)
         waits = [w for w in (held, plan.recheck_after) if w is not None]
         return max(min(waits), MIN_RECHECK_SECONDS) if waits else None
 
@@ -526,54 +417,49 @@ class AttachmentReconciler:
         del self._holding[key]
         return None
 
-    async def _finalize(self, attachment: Obj, plan: Plan, service: Mapping[str, Any] | None) -> None:
-        """Service first; once it is gone, the address, then our finalizer: nothing is left holding
-        anything, and no address is free while a Service still asks for it."""
+    async def _finalize(self, attachment: Obj, plan: Plan) -> None:
+        """Our Services first; once they are gone (their deletion wakes the pass through ``owns``),
+        our finalizer. The minted claim goes with the attachment, by garbage collection."""
         if FINALIZER not in _finalizers(attachment):
             return
-        namespace, _ = key_of(attachment)
-        await self._apply_service(key_of(attachment), plan, service)
+        for service in (plan.service, *plan.surplus_services):
+            if service is not None:
+                await self._delete_service(service)
         if plan.waits_for_service:
-            return  # the Service's deletion (a watch event, through ``owns``) wakes the next pass
-        if plan.release_claim:
-            claim = self.world.claims.get((namespace, plan.release_claim))
-            if claim is not None:
-                await allocator.unbind_claim(self.writer, claim, attachment["metadata"]["uid"])
-        allocation = self.world.held_allocation(attachment)
-        if allocation is not None:
-            await allocator.release(self.writer, allocation)
+            return
         await self.writer.remove_finalizer(ATTACHMENTS, attachment, FINALIZER)
 
-    async def _apply_service(
-        self, key: Key, plan: Plan, existing: Mapping[str, Any] | None
-    ) -> _Applied | None:
-        """Apply the plan's Service action: CREATED, AGAIN (refused, or the name taken: decide again
-        with what the API said), or None."""
-        action = plan.service_action
-        if action is ServiceAction.CREATE and plan.service is not None:
+    async def _delete_service(self, service: Mapping[str, Any]) -> None:
+        """Delete a Service of ours (the UID precondition: only the very Service we judged ours), then
+        have cozy-proxy program its survivors again."""
+        survivors = self.world.survivors_of(service)
+        await self.writer.delete(SERVICES, service)
+        await self._reprogram(survivors, service, service)
+
+    async def _apply_service(self, key: Key, plan: Plan) -> _Applied | None:
+        """Apply the plan's Service action: CREATED, AGAIN (refused: decide again with what the API
+        said), or None."""
+        action, service = plan.service_action, plan.service
+        if service is None:
+            return None
+        if action is ServiceAction.CREATE:
             try:
-                await self.writer.create(SERVICES, plan.service)
+                await self.writer.create(SERVICES, service)
             except ApiError as error:
-                if error.status == 409:
-                    await self._read_squatter(plan.service)
-                    return _Applied.AGAIN
-                return self._refused(key, action, plan.service, error)
+                return self._refused(key, action, service, error)
             self._refusals.pop(key, None)
             return _Applied.CREATED
-        if action is ServiceAction.PATCH and existing is not None and plan.service_patch is not None:
-            survivors = self.world.survivors_of(existing)
+        if action is ServiceAction.PATCH and plan.service_patch is not None:
+            survivors = self.world.survivors_of(service)
             try:
-                updated = await self.writer.patch(SERVICES, existing, plan.service_patch, "merge")
+                updated = await self.writer.patch(SERVICES, service, plan.service_patch, "merge")
             except ApiError as error:
                 return self._refused(key, action, plan.service_patch, error)
-            await self._reprogram(survivors, existing, updated)
+            await self._reprogram(survivors, service, updated)
             self._refusals.pop(key, None)
             self._written[key] = self.wall_clock()
-        elif action in (ServiceAction.DELETE, ServiceAction.RECREATE) and existing is not None:
-            # The UID precondition: only the very Service we judged ours is ever deleted.
-            survivors = self.world.survivors_of(existing)
-            await self.writer.delete(SERVICES, existing)
-            await self._reprogram(survivors, existing, existing)
+        elif action is ServiceAction.DELETE:
+            await self._delete_service(service)
         return None
 
     def _refused(self, key: Key, action: ServiceAction, body: Mapping[str, Any], error: ApiError) -> _Applied:
@@ -581,12 +467,12 @@ class AttachmentReconciler:
         refusal = refusal_of(action, body, error.status, error.message, self.wall_clock())
         if refusal is None:
             raise error
-        log.info("%s/%s: the API refused the rendered Service (%s): %s", *key, refusal.reason, error)
+        log.info("%s/%s: the API refused the rendered Service: %s", *key, error)
         self._refusals[key] = refusal
         return _Applied.AGAIN
 
     async def _reprogram(
-        self, survivors: list[Obj], before: Mapping[str, Any], after: Mapping[str, Any]
+        self, survivors: list[Obj], before: Mapping[str, Any], after: Mapping[str, Any] | None
     ) -> None:
         """cozy-proxy keys its entries on the pod, and its delete (or re-programming) of our Service
         cleared the entries of pods the survivors hold: an update of a Service makes cozy-proxy program
@@ -595,7 +481,7 @@ class AttachmentReconciler:
         changed = self.world.as_proxied(before)
         if changed is None or not survivors:
             return
-        version = str((after.get("metadata") or {}).get("resourceVersion") or "")
+        version = str(((after or before).get("metadata") or {}).get("resourceVersion") or "")
         value = reprogram_token(dataclasses.replace(changed, resource_version=version))
         for survivor in survivors:
             metadata = survivor.get("metadata") or {}
@@ -613,173 +499,23 @@ class AttachmentReconciler:
                 if error.status != 404:  # gone meanwhile: nothing left to program
                     raise
 
-    async def _read_squatter(self, service: Mapping[str, Any]) -> None:
-        """The name is taken by a Service our cache has not seen yet: read it into the cache, so the
-        next round sees it (and reports ``ServiceNameConflict`` unless it turns out to be ours)."""
-        namespace, name = key_of(service)
-        log.info("Service %s/%s appeared before ours; deciding again", namespace, name)
-        self.writer.remember(SERVICES, await self.writer.kube.get(SERVICES.path(namespace, name)))
-
-
-class _Applied(enum.Enum):
-    """What applying a plan's Service action did, for the rest of the round."""
-
-    CREATED = "created"  # the status waits a moment for the load balancer's answer
-    AGAIN = "again"  # the API's answer changes the decision: decide again now
-
-
-class ClaimReconciler:
-    def __init__(self, world: World, writer: Writer) -> None:
-        self.world, self.writer = world, writer
-
-    async def reconcile(self, key: Key) -> Result:
-        return await until_settled(lambda: self._round(key), MAX_ROUNDS_PER_PASS)
-
-    async def _round(self, key: Key) -> bool:
-        """Decide and apply once; True when a mint or a release asks to decide again."""
-        claim = self.world.claims.get(key)
-        if claim is None:
-            return False
-        _read(self.world.held_allocation(claim))
-        claim = await self._clear_stale_user(claim)
-        if claim["metadata"].get("deletionTimestamp"):
-            if FINALIZER not in _finalizers(claim):
-                return False
-            held = self.world.held_allocation(claim)
-            final = claims.finalize_claim(claim, key_of(held)[1] if held else None)
-            updated = await self.writer.patch_status(
-                CLAIMS, claim, final.status_patch(claim.get("status"), _now())
-            )
-            if final.release_allocation and held is not None:
-                await allocator.release(self.writer, held)
-                return True  # the finalizer comes off in the round that sees the address free
-            if final.remove_finalizer:
-                await self.writer.remove_finalizer(CLAIMS, updated or claim, FINALIZER)
-            return False
-        claim = await self.writer.ensure_metadata(CLAIMS, claim, finalizer=FINALIZER)
-        held_address = self.world.held_address(claim)
-        class_name = str((claim.get("spec") or {}).get("className"))
-        plan = claims.reconcile_claim(
-            claim,
-            self.world.address_class(class_name),
-            held_address,
-            self.world.taken_addresses() if held_address is None else frozenset(),
-            self.world.namespace_labels(key[0]),
-        )
-        if plan.mint is not None:
-            await allocator.mint(self.writer, plan.mint.allocation)
-            return True
-        await self.writer.patch_status(CLAIMS, claim, plan.status_patch(claim.get("status"), _now()))
-        for surplus in self.world.surplus_allocations(claim):
-            log.info("releasing %s: a second allocation of claim %s/%s", key_of(surplus)[1], *key)
-            await allocator.release(self.writer, surplus)
-        return False
-
-    async def _clear_stale_user(self, claim: Obj) -> Obj:
-        """A claim whose recorded user is gone (deleted without its finalizer running) is freed,
-        once the API, not only the cache, confirms that attachment is gone."""
-        user = (claim.get("status") or {}).get("attachment") or {}
-        uid, namespace = user.get("uid"), key_of(claim)[0]
-        if not uid or self.world.attachment_with_uid(namespace, str(uid)) is not None:
-            return claim
-        current = await self.writer.kube.get(ATTACHMENTS.path(namespace, str(user.get("name") or "")))
-        if current is not None and current["metadata"]["uid"] == uid:
-            return claim
-        log.info("claim %s/%s: user %s is gone; freeing the claim", *key_of(claim), user)
-        freed = await allocator.unbind_claim(self.writer, claim, str(uid))
-        return freed or claim
-
-
-class ClassReconciler:
-    def __init__(self, world: World, writer: Writer) -> None:
-        self.world, self.writer = world, writer
-
-    async def reconcile(self, key: Key) -> Result:
-        address_class = self.world.classes.get(key)
-        if address_class is None:
-            return Result()
-        # An IPv6 /64 holds more than the int64 status field: its capacity is reported saturated.
-        fields, conditions = repair.class_status(
-            address_class, self.world.allocations_of_class(key[1]), INT64_MAX
-        )
-        generation = int((address_class.get("metadata") or {}).get("generation") or 0)
-        ops = status_patch(address_class.get("status"), fields, conditions, generation, _now())
-        await self.writer.patch_status(CLASSES, address_class, ops)
-        return Result()
-
-
-# --- repair ----------------------------------------------------------------------------------------
-
-
-class Repairer:
-    """Deletes orphaned allocations, every ``interval``, on the leader only."""
-
-    def __init__(
-        self,
-        world: World,
-        writer: Writer,
-        interval: float,
-        grace: float,
-        clock: Callable[[], datetime] = lambda: datetime.now(UTC),
-    ) -> None:
-        self.world, self.writer = world, writer
-        self.interval, self.grace, self.clock = interval, timedelta(seconds=grace), clock
-
-    async def run(self) -> None:
-        while True:
-            await asyncio.sleep(self.interval)  # the repair period, not a wait for an effect
-            try:
-                await self.once()
-            except Exception:
-                log.exception("repair pass failed; the next one retries")
-
-    async def once(self) -> int:
-        removed = 0
-        allocations = list(self.world.allocations.values())  # before the holders: see repair.orphans
-        holders = self.world.live_holders()
-        for orphan in repair.orphans(allocations, holders, self.clock(), self.grace):
-            allocation = self.world.allocations.get(("", orphan.name))
-            if allocation is None or (allocation.get("metadata") or {}).get("uid") != orphan.uid:
-                continue
-            if not await allocator.holder_is_gone(self.writer, allocation):
-                continue
-            log.info("releasing orphaned allocation %s: %s", orphan.name, orphan.reason)
-            await allocator.release(self.writer, allocation)
-            removed += 1
-        return removed
-
 
 # --- the operator, declared ------------------------------------------------------------------------
 
 
 def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> None:
-    """The three controllers (each wiring declares the caches of what it touches), the repair loop,
-    the metrics."""
-    workers = max(1, settings.workers)
-    attachment_wiring = dataclasses.replace(ATTACHMENT_CONTROLLER, workers=workers)
-    claim_wiring = dataclasses.replace(CLAIM_CONTROLLER, workers=workers)
-    for declared in (attachment_wiring, claim_wiring, CLASS_CONTROLLER):
-        manager.declare_caches(declared)  # the World below reads the stores
-    world = World(manager)
-    writer = manager.writer
+    """The controller (its wiring declares the caches of what it touches) and the metrics."""
+    wiring = dataclasses.replace(ATTACHMENT_CONTROLLER, workers=max(1, settings.workers))
+    manager.declare_caches(wiring)  # the World below reads the stores
+    world = World(manager, settings.render)
     attachments = AttachmentReconciler(
         world,
-        writer,
+        manager.writer,
         announce_timeout=settings.announce_timeout_seconds,
         quota_retry=settings.quota_retry_seconds,
     )
-    manager.add(attachment_wiring, attachments)
-    manager.add(claim_wiring, ClaimReconciler(world, writer))
-    manager.add(CLASS_CONTROLLER, ClassReconciler(world, writer))
-    repairer = Repairer(world, writer, settings.repair_interval_seconds, settings.repair_grace_seconds)
-    manager.add_leader_runnable(repairer.run)
-    # Reads that must not trust a cache: who holds an address after a 409 on a mint, and whether a
-    # holder (attachment or claim) is really gone before its allocation or claim use is released.
-    manager.uses(ALLOCATIONS, "get")
-    manager.uses(ATTACHMENTS, "get")
-    manager.uses(CLAIMS, "get")
-    # Who took a rendered Service's name, when a create finds it taken (409) before the cache does.
-    manager.uses(SERVICES, "get")
-    # The repair loop's deletes of orphaned allocations (the wirings declare the controllers' own).
-    manager.uses(ALLOCATIONS, "delete")
+    manager.add(wiring, attachments)
     registry.register(on_loop(WorldCollector(world)))
+
+
+__all__ = ["ATTACHMENT_CONTROLLER", "FINALIZER", "build", "controller_attachment_uid"]

@@ -8,25 +8,21 @@ only the first load-balancer ingress address and the first ready address of the 
 pod may be published by one proxied Service only, and that must hold before anything renders.
 
 Decides, in this order (the first failure is the verdict):
-1. the declared proxy: a ServiceProxy (not being deleted) whose ``modes`` holds the mode and whose
-   ``ipFamilies`` (IPv4 when empty: cozy-proxy is IPv4 only) holds the address's family. None declares
-   the mode: ``ProxyNotDeclared``; some declare the mode, none for the family:
-   ``AddressFamilyUnsupported``. A declaration that lists no modes declares none. Several matching
-   declarations that name the same proxy are one; naming different proxies is ambiguous:
-   ``ProxyDeclarationConflict`` (no name is picked: the caller leaves a live Service exactly as it
-   is, neither relabelled nor deleted, and renders no new one, until the platform removes the
-   ambiguity; guessing a name could hand live traffic to a proxy nobody runs).
+1. the platform's declaration: VM modes need the operator's setting naming the cozy-proxy contract
+   implementor (``RenderSettings.proxy_name``; default none: ``DatapathContractUnavailable``), and an
+   IPv4 claim (cozy-proxy programs IPv4 only: an IPv6 or Dual claim is
+   ``DatapathContractUnavailable`` too).
 2. PortList ports: each needs a numeric ``targetPort`` equal to ``port`` (absent means equal) and
-   protocol TCP or UDP (absent means TCP): cozy-proxy does no port translation.
+   protocol TCP or UDP (absent means TCP): cozy-proxy does no port translation (``RenderFailed``).
 3. backends, both VM modes: more than one ready backend is ``MultipleBackends`` (dark rather than
    letting cozy-proxy pick the first Endpoints address and leave the others' egress unmapped);
    exactly one publishes; none renders (so the proxy programs the pod the moment it is ready), but is
-   not Ready (``reconcile`` says ``NoReadyBackend``).
+   not Provisioned (``reconcile`` says ``NoReadyBackend``).
 4. exclusivity, keyed on the backend pod and decided over every pod the endpoint *selects*, ready or
    not (a VM pod that is not scheduled or not ready has no endpoint yet, but will): a rival is every
    other Service delegated to the same proxy and every other VM-mode attachment, rendered or not,
-   that could render (``could_render``: its endpoint known, its mode declared, PortList ports that
-   need no translation; one lacking only an address counts), whose pods meet ours, or whose
+   that could render (``could_render``: its endpoint known, the datapath declared, PortList ports
+   that need no translation; one lacking only an address counts), whose pods meet ours, or whose
    selector contains ours or is contained in it (so two attachments to one stopped VM, which has no
    pod at all, still meet). A Service not rendered by an attachment
    (a chart's own cozy-proxy Service) always wins; among attachments the smaller
@@ -63,23 +59,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from operators.endpointattachment.constants import (
-    DEFAULT_PROXY_FAMILIES,
-    MODE_PORT_LIST,
-    MODE_WHOLE_IP,
+from operators.endpointattachment.api import (
+    FAMILY_IPV4,
+    METHOD_PORT_LIST,
+    METHODS,
     POD_KIND,
     POD_PHASE_FAILED,
     POD_PHASE_SUCCEEDED,
     PROTOCOL_TCP,
     PROTOCOL_UDP,
-    REASON_ADDRESS_FAMILY_UNSUPPORTED,
-    REASON_ADMITTED,
-    REASON_EXCLUSIVITY_CONFLICT,
+)
+from operators.endpointattachment.reasons import (
+    REASON_BACKEND_ALREADY_DELEGATED,
+    REASON_DATAPATH_CONTRACT_UNAVAILABLE,
     REASON_MULTIPLE_BACKENDS,
-    REASON_PORT_TRANSLATION_UNSUPPORTED,
-    REASON_PROXY_DECLARATION_CONFLICT,
-    REASON_PROXY_NOT_DECLARED,
-    VM_MODES,
+    REASON_PROVISIONED,
+    REASON_RENDER_FAILED,
 )
 
 # cozy-proxy forwards these protocols only.
@@ -101,16 +96,6 @@ class Verdict:
     reason: str
     message: str
     proxy_name: str | None = None
-
-
-@dataclass(frozen=True)
-class ProxyDeclaration:
-    """One ServiceProxy: a proxy that runs, under a name, for some modes and families."""
-
-    name: str
-    service_proxy_name: str
-    modes: frozenset[str]
-    ip_families: frozenset[str]
 
 
 @dataclass(frozen=True, order=True)
@@ -160,55 +145,24 @@ def uncached_rank(name: str, namespace: str, uid: str) -> AttachmentRank:
     return AttachmentRank(UNCACHED_TIMESTAMP, name, namespace, uid)
 
 
-def proxy_declarations(service_proxies: Iterable[Mapping[str, Any]]) -> tuple[ProxyDeclaration, ...]:
-    """The live declarations, sorted by object name; malformed or deleting ones are skipped."""
-    declarations = []
-    for proxy in service_proxies:
-        metadata = proxy.get("metadata") or {}
-        spec = proxy.get("spec") or {}
-        proxy_name = spec.get("serviceProxyName")
-        if metadata.get("deletionTimestamp") or not isinstance(proxy_name, str) or not proxy_name:
-            continue
-        families = frozenset(str(f) for f in spec.get("ipFamilies") or ()) or DEFAULT_PROXY_FAMILIES
-        declarations.append(
-            ProxyDeclaration(
-                name=str(metadata.get("name") or ""),
-                service_proxy_name=proxy_name,
-                modes=frozenset(str(m) for m in spec.get("modes") or ()),
-                ip_families=families,
-            )
-        )
-    return tuple(sorted(declarations, key=lambda declaration: declaration.name))
-
-
-def find_proxy(service_proxies: Iterable[Mapping[str, Any]], mode: str, family: str) -> Verdict:
-    """The declared proxy for a VM mode and address family, or why there is none."""
-    if mode not in VM_MODES:
-        return Verdict(False, REASON_PROXY_NOT_DECLARED, f"mode {mode!r} is not a proxied mode")
-    for_mode = [d for d in proxy_declarations(service_proxies) if mode in d.modes]
-    if not for_mode:
-        return Verdict(False, REASON_PROXY_NOT_DECLARED, f"no ServiceProxy declares mode {mode}")
-    serving = [d for d in for_mode if family in d.ip_families]
-    if not serving:
-        return Verdict(
-            False, REASON_ADDRESS_FAMILY_UNSUPPORTED, f"no ServiceProxy serves {mode} for {family}"
-        )
-    names = sorted({d.service_proxy_name for d in serving})
-    if len(names) > 1:
-        which = ", ".join(f"{d.name} ({d.service_proxy_name})" for d in serving)
+def find_proxy(proxy_name: str | None, method: str, family: str) -> Verdict:
+    """The declared datapath for a VM method and the claim's family, or why there is none."""
+    if method not in METHODS:
+        return Verdict(False, REASON_DATAPATH_CONTRACT_UNAVAILABLE, f"method {method!r} is not a VM mode")
+    if not proxy_name:
         return Verdict(
             False,
-            REASON_PROXY_DECLARATION_CONFLICT,
-            f"ServiceProxies {which} declare different proxies for {mode} over {family}; "
-            "a live Service is left exactly as it is, none is rendered until one declaration remains",
+            REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+            f"method {method} needs a cozy-proxy contract implementor, and the platform declares none "
+            "(the operator's vm-datapath setting is off)",
         )
-    declaration = serving[0]
-    return Verdict(
-        True,
-        REASON_ADMITTED,
-        f"ServiceProxy {declaration.name} serves {mode} for {family}",
-        proxy_name=declaration.service_proxy_name,
-    )
+    if family != FAMILY_IPV4:
+        return Verdict(
+            False,
+            REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+            f"{proxy_name} programs IPv4 only; the claim is {family}",
+        )
+    return Verdict(True, REASON_PROVISIONED, f"{proxy_name} serves {method}", proxy_name=proxy_name)
 
 
 def check_port_list(ports: Sequence[Mapping[str, Any]]) -> Verdict:
@@ -217,17 +171,17 @@ def check_port_list(ports: Sequence[Mapping[str, Any]]) -> Verdict:
         label = port.get("name") or port.get("port")
         protocol = port.get("protocol") or PROTOCOL_TCP
         if protocol not in _PROXIED_PROTOCOLS:
-            return Verdict(False, REASON_PORT_TRANSLATION_UNSUPPORTED, f"port {label}: protocol {protocol}")
+            return Verdict(False, REASON_RENDER_FAILED, f"port {label}: protocol {protocol}")
         target = port.get("targetPort")
         if target is None:  # the API server defaults an absent targetPort to port
             target = port.get("port")
         if isinstance(target, bool) or not isinstance(target, int) or target != port.get("port"):
             return Verdict(
                 False,
-                REASON_PORT_TRANSLATION_UNSUPPORTED,
+                REASON_RENDER_FAILED,
                 f"port {label}: targetPort {target!r} differs from port {port.get('port')}",
             )
-    return Verdict(True, REASON_ADMITTED, "every port is forwarded as is")
+    return Verdict(True, REASON_PROVISIONED, "every port is forwarded as is")
 
 
 def selects(selector: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
@@ -312,25 +266,23 @@ def backend_key(endpoint: Mapping[str, Any]) -> str | None:
 def check_backends(mode: str, backends: frozenset[str]) -> Verdict:
     """Either VM mode publishes only with at most one ready backend: cozy-proxy serves one pod per
     address (the first address of the Endpoints) and leaves the others' egress unmapped."""
-    if mode in (MODE_WHOLE_IP, MODE_PORT_LIST) and len(backends) > 1:
+    if mode in METHODS and len(backends) > 1:
         return Verdict(
             False,
             REASON_MULTIPLE_BACKENDS,
             f"{len(backends)} ready backends; {mode} publishes one pod per address",
         )
-    return Verdict(True, REASON_ADMITTED, f"{len(backends)} ready backend(s)")
+    return Verdict(True, REASON_PROVISIONED, f"{len(backends)} ready backend(s)")
 
 
-def could_render(
-    mode: str, ports: Sequence[Mapping[str, Any]] | None, service_proxies: Iterable[Mapping[str, Any]]
-) -> bool:
+def could_render(mode: str, ports: Sequence[Mapping[str, Any]] | None, proxy_name: str | None) -> bool:
     """Whether an attachment (as a rival) could ever render with what it has now: its endpoint is
-    known (``ports`` not None), a proxy is declared for its mode (any family), and in PortList its
-    ports need no translation. One that cannot never takes a pod from anyone; one that lacks only an
-    address still counts (it may get one at any moment)."""
-    if ports is None or not any(mode in d.modes for d in proxy_declarations(service_proxies)):
+    known (``ports``, the ports it would publish, not None), the datapath is declared, and in
+    PortList its ports need no translation. One that cannot never takes a pod from anyone; one that
+    lacks only an address still counts (it may get one at any moment)."""
+    if ports is None or not proxy_name or mode not in METHODS:
         return False
-    return mode != MODE_PORT_LIST or check_port_list(ports).ok
+    return mode != METHOD_PORT_LIST or check_port_list(ports).ok
 
 
 def check_exclusivity(
@@ -344,13 +296,14 @@ def check_exclusivity(
     """Whether this attachment may hold its pods on ``proxy_name``; the loser's message names the winner.
 
     ``backends`` are the pods the endpoint selects (ready or not), ``selector`` its selector.
-    ``my_service`` is (namespace, name) of this attachment's rendered Service, which is never a rival.
+    ``my_service`` is (namespace, name) of this attachment's rendered Service (name empty while it has
+    none), which is never a rival; nor is any rival ranked with this attachment's UID.
     """
     rivals = [
         other
         for other in others
         if other.proxy_name == proxy_name
-        and (other.namespace, other.name) != my_service
+        and not (my_service[1] and (other.namespace, other.name) == my_service)
         and not (other.attachment is not None and me.uid and other.attachment.uid == me.uid)
         and meets(other, backends, selector, me.namespace)
     ]
@@ -363,7 +316,7 @@ def check_exclusivity(
     )
     if older:
         return _lost_to(older[0], "an older attachment")
-    return Verdict(True, REASON_ADMITTED, "no other proxied Service holds these backends")
+    return Verdict(True, REASON_PROVISIONED, "no other proxied Service holds these backends")
 
 
 def meets(
@@ -376,11 +329,15 @@ def meets(
 
 
 def _lost_to(winner: ProxiedService, what: str) -> Verdict:
+    named = (
+        f"Service {winner.namespace}/{winner.name}"
+        if winner.uid or winner.attachment is None
+        else f"EndpointAttachment {winner.namespace}/{winner.attachment.name}"
+    )
     return Verdict(
         False,
-        REASON_EXCLUSIVITY_CONFLICT,
-        f"a backend pod is published by Service {winner.namespace}/{winner.name} ({what}); "
-        "cozy-proxy serves one Service per pod",
+        REASON_BACKEND_ALREADY_DELEGATED,
+        f"a backend pod is published by {named} ({what}); cozy-proxy serves one Service per pod",
     )
 
 
@@ -413,7 +370,7 @@ def admit(
     family: str,
     ports: Sequence[Mapping[str, Any]],
     backends: frozenset[str],
-    service_proxies: Iterable[Mapping[str, Any]],
+    proxy_name: str | None,
     me: AttachmentRank,
     my_service: tuple[str, str],
     others: Iterable[ProxiedService],
@@ -422,11 +379,11 @@ def admit(
 ) -> Verdict:
     """The whole VM-mode decision, in the order of the module docstring. ``backends`` are the ready
     backends; ``selected`` every pod the endpoint selects (``backends`` when not given)."""
-    proxy = find_proxy(service_proxies, mode, family)
+    proxy = find_proxy(proxy_name, mode, family)
     if not proxy.ok or proxy.proxy_name is None:
         return proxy
     checks = [check_backends(mode, backends)]
-    if mode == MODE_PORT_LIST:
+    if mode == METHOD_PORT_LIST:
         checks.insert(0, check_port_list(ports))
     for verdict in checks:
         if not verdict.ok:
@@ -435,4 +392,4 @@ def admit(
     exclusive = check_exclusivity(me, my_service, proxy.proxy_name, pods, others, selector)
     if not exclusive.ok:
         return exclusive
-    return Verdict(True, REASON_ADMITTED, proxy.message, proxy_name=proxy.proxy_name)
+    return Verdict(True, REASON_PROVISIONED, proxy.message, proxy_name=proxy.proxy_name)

@@ -1,68 +1,63 @@
-"""The endpoint check, and which application incarnation an attachment belongs to.
+"""Resolution: which application incarnation an attachment belongs to, and whether its endpoint is a
+tenant-facing Service of that application.
 
-Decides:
-- whether a Service may be an attachment's endpoint: in the attachment's namespace, carrying the three
-  lineage labels and ``tenantresource: "true"``, a non-empty selector, not ExternalName, at least one
-  port (a LoadBalancer Service needs one; the design is silent, so this reports
-  ``EndpointHasNoPorts``), and not itself rendered by an attachment (our label, or a controller
-  reference to an EndpointAttachment: either is enough to refuse, so attachments never chain).
-  Checks run in that order and the first failure is the reason.
-- whether the HelmRelease found by the endpoint's lineage labels is the application this attachment
-  belongs to: with no stored owner reference yet, any matching HelmRelease resolves (and the caller
-  stamps the reference); with one, only a HelmRelease with that UID does. A recreated application has
-  a new UID, so it never inherits an old attachment (``ApplicationMismatch``).
+Decides, in this order (the first failure is the ``Resolved`` verdict):
+1. the application: the HelmRelease of the namespace whose three lineage labels equal
+   ``applicationRef`` (group defaulted), found by the caller; none is ``ApplicationNotFound``. With
+   no owner reference to a HelmRelease on the attachment yet, the one found resolves and the caller
+   stamps the reference and the lineage labels (``stamp``). With one, only a HelmRelease of that UID
+   does: the same name with another UID is ``ApplicationIncarnationChanged`` (a recreated
+   application inherits nothing).
+2. the endpoint: the Service ``spec.endpoint.serviceName`` of the namespace (``EndpointNotFound``),
+   not itself rendered by an attachment (our label or an attachment's controller reference:
+   ``EndpointNotTenantFacing``, so attachments never chain), carrying the three lineage labels of
+   ``applicationRef`` (``EndpointLineageMismatch``) and the tenant-facing marker
+   (``EndpointNotTenantFacing``).
 
-Does not: look anything up (the glue lists the HelmRelease by ``shared.lineage.application_selector``),
-stamp the owner reference, or judge ports for a datapath (``datapath`` does, per mode).
+Does not: look anything up, stamp anything, or judge what the endpoint publishes (selector, ports:
+``reconcile`` reports ``NothingToPublish``).
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
-from operators.endpointattachment.constants import (
+from operators.endpointattachment.api import (
+    ATTACHMENT_KIND,
     ATTACHMENT_LABEL,
-    ENDPOINT_ATTACHMENT_KIND,
     GROUP,
     HELMRELEASE_GROUP,
     HELMRELEASE_KIND,
-    REASON_APPLICATION_MISMATCH,
+    AttachmentSpec,
+)
+from operators.endpointattachment.reasons import (
+    REASON_APPLICATION_INCARNATION_CHANGED,
     REASON_APPLICATION_NOT_FOUND,
-    REASON_ENDPOINT_HAS_NO_PORTS,
-    REASON_ENDPOINT_HAS_NO_SELECTOR,
+    REASON_ENDPOINT_LINEAGE_MISMATCH,
     REASON_ENDPOINT_NOT_FOUND,
     REASON_ENDPOINT_NOT_TENANT_FACING,
     REASON_RESOLVED,
-    SERVICE_TYPE_EXTERNAL_NAME,
 )
-from shared.lineage import ApplicationRef, application_of, belongs_to, is_tenant_facing, labels_of
+from shared.lineage import ApplicationRef, belongs_to, is_tenant_facing, labels_of
 from shared.ownership import owner_references, owner_uids
 
 
 @dataclass(frozen=True)
-class EndpointCheck:
-    """The endpoint check's verdict; on success, what the rendered Service mirrors."""
+class Resolution:
+    """The ``Resolved`` verdict; ``application_uid`` is the incarnation when it resolves."""
 
     ok: bool
     reason: str
     message: str
-    application: ApplicationRef | None = None
-    selector: Mapping[str, str] = field(default_factory=dict)
-    ports: tuple[Mapping[str, Any], ...] = ()
+    application_uid: str | None = None
+    # No owner reference to the application yet: the caller stamps it (and the lineage labels).
+    stamp: bool = False
 
 
-@dataclass(frozen=True)
-class ApplicationMatch:
-    """Which application incarnation the attachment belongs to, or why none."""
-
-    ok: bool
-    reason: str
-    message: str
-    uid: str | None = None
-    # True when the attachment has no owner reference to the application yet: the glue stamps one.
-    stamp_owner: bool = False
+def application_ref(spec: AttachmentSpec) -> ApplicationRef:
+    return ApplicationRef(group=spec.app_group, kind=spec.app_kind, name=spec.app_name)
 
 
 def is_rendered_by_attachment(service: Mapping[str, Any]) -> bool:
@@ -71,52 +66,9 @@ def is_rendered_by_attachment(service: Mapping[str, Any]) -> bool:
         return True
     return any(
         ref.get("controller") is True
-        and ref.get("kind") == ENDPOINT_ATTACHMENT_KIND
+        and ref.get("kind") == ATTACHMENT_KIND
         and str(ref.get("apiVersion", "")).partition("/")[0] == GROUP
         for ref in owner_references(service)
-    )
-
-
-def check_endpoint(
-    service: Mapping[str, Any] | None, namespace: str, name: str | None = None
-) -> EndpointCheck:
-    """Whether ``service`` may be the endpoint of an attachment in ``namespace`` (and named ``name``)."""
-    metadata = (service or {}).get("metadata") or {}
-    if service is None or metadata.get("namespace") != namespace or name not in (None, metadata.get("name")):
-        wanted = f"Service {name}" if name else "such Service"
-        return EndpointCheck(False, REASON_ENDPOINT_NOT_FOUND, f"no {wanted} in namespace {namespace}")
-    name = str(metadata.get("name") or "")
-    if is_rendered_by_attachment(service):
-        return EndpointCheck(
-            False, REASON_ENDPOINT_NOT_TENANT_FACING, f"Service {name} is rendered by an EndpointAttachment"
-        )
-    application = application_of(service)
-    if application is None:
-        return EndpointCheck(
-            False, REASON_ENDPOINT_NOT_TENANT_FACING, f"Service {name} carries no application lineage labels"
-        )
-    if not is_tenant_facing(service):
-        return EndpointCheck(
-            False, REASON_ENDPOINT_NOT_TENANT_FACING, f"Service {name} is not marked tenant-facing"
-        )
-    spec = service.get("spec") or {}
-    if spec.get("type") == SERVICE_TYPE_EXTERNAL_NAME:
-        return EndpointCheck(
-            False, REASON_ENDPOINT_HAS_NO_SELECTOR, f"Service {name} is ExternalName: nothing to mirror"
-        )
-    selector = spec.get("selector") or {}
-    if not isinstance(selector, Mapping) or not selector:
-        return EndpointCheck(False, REASON_ENDPOINT_HAS_NO_SELECTOR, f"Service {name} has no selector")
-    ports = tuple(port for port in spec.get("ports") or () if isinstance(port, Mapping))
-    if not ports:
-        return EndpointCheck(False, REASON_ENDPOINT_HAS_NO_PORTS, f"Service {name} lists no ports")
-    return EndpointCheck(
-        True,
-        REASON_RESOLVED,
-        f"Service {name} of {application.kind} {application.name}",
-        application=application,
-        selector={str(key): str(value) for key, value in selector.items()},
-        ports=ports,
     )
 
 
@@ -126,28 +78,42 @@ def bound_application_uid(attachment: Mapping[str, Any]) -> str | None:
     return uids[0] if uids else None
 
 
-def match_application(
-    stored_uid: str | None, helmrelease: Mapping[str, Any] | None, application: ApplicationRef
-) -> ApplicationMatch:
-    """Whether the HelmRelease found by the endpoint's labels is this attachment's application."""
-    if helmrelease is not None and not belongs_to(helmrelease, application):
-        helmrelease = None  # found by a selector that does not name this application: not it
-    label = f"{application.kind} {application.name}"
-    if helmrelease is None:
-        if stored_uid:
-            return ApplicationMatch(
-                False, REASON_APPLICATION_NOT_FOUND, f"application {label} ({stored_uid}) is gone"
-            )
-        return ApplicationMatch(False, REASON_APPLICATION_NOT_FOUND, f"no HelmRelease for {label}")
-    found_uid = str((helmrelease.get("metadata") or {}).get("uid") or "")
-    if not found_uid:
-        return ApplicationMatch(False, REASON_APPLICATION_NOT_FOUND, f"HelmRelease for {label} has no UID")
-    if stored_uid is None:
-        return ApplicationMatch(True, REASON_RESOLVED, f"application {label}", found_uid, stamp_owner=True)
-    if stored_uid != found_uid:
-        return ApplicationMatch(
+def resolve(
+    attachment: Mapping[str, Any],
+    spec: AttachmentSpec,
+    helmrelease: Mapping[str, Any] | None,
+    endpoint: Mapping[str, Any] | None,
+) -> Resolution:
+    """The ``Resolved`` verdict (see the module docstring)."""
+    app = application_ref(spec)
+    label = f"{app.kind} {app.name}"
+    stored = bound_application_uid(attachment)
+    found = str(((helmrelease or {}).get("metadata") or {}).get("uid") or "")
+    if helmrelease is None or not found or not belongs_to(helmrelease, app):
+        gone = f" ({stored}) is gone" if stored else " has no HelmRelease in this namespace"
+        return Resolution(False, REASON_APPLICATION_NOT_FOUND, f"application {label}{gone}")
+    if stored is not None and stored != found:
+        return Resolution(
             False,
-            REASON_APPLICATION_MISMATCH,
-            f"application {label} was recreated ({found_uid}); this attachment belongs to {stored_uid}",
+            REASON_APPLICATION_INCARNATION_CHANGED,
+            f"application {label} was recreated ({found}); this attachment belongs to {stored}: "
+            "recreate the attachment",
         )
-    return ApplicationMatch(True, REASON_RESOLVED, f"application {label}", found_uid)
+    name = spec.endpoint
+    if endpoint is None:
+        return Resolution(False, REASON_ENDPOINT_NOT_FOUND, f"no Service {name} in this namespace")
+    if is_rendered_by_attachment(endpoint):
+        return Resolution(
+            False, REASON_ENDPOINT_NOT_TENANT_FACING, f"Service {name} is rendered by an EndpointAttachment"
+        )
+    if not belongs_to(endpoint, app):
+        return Resolution(
+            False, REASON_ENDPOINT_LINEAGE_MISMATCH, f"Service {name} does not belong to {label}"
+        )
+    if not is_tenant_facing(endpoint):
+        return Resolution(
+            False,
+            REASON_ENDPOINT_NOT_TENANT_FACING,
+            f"Service {name} is not one of {label}'s tenant-facing endpoints",
+        )
+    return Resolution(True, REASON_RESOLVED, f"Service {name} of {label}", found, stamp=stored is None)

@@ -1,76 +1,80 @@
-"""The LoadBalancer Service an attachment publishes, and the smallest change that brings one up to date.
+"""The objects an attachment renders — its IPAddressClaim (when it mints) and its LoadBalancer
+Service — and the smallest change that brings a live Service of ours up to date.
 
 Decides:
-- the rendered Service's name: ``ea-<attachment name>`` when that is a valid DNS-1035 label of at most
-  63 characters; otherwise the name with every character outside ``[a-z0-9-]`` turned into ``-``, cut,
-  and suffixed with ``-`` plus 8 hex digits of the SHA-256 of the attachment name (so two attachments
-  whose names differ only past the cut, or only in a ``.``, never share a Service name). The same rule
-  makes the value of our listing label (label values are at most 63 characters too).
-- its labels (only ours, plus the proxy-name label with the declared name in the VM modes), its
-  annotations (per provider and mode), a controller owner reference to the attachment (with
-  ``blockOwnerDeletion`` so a foreground deletion of the attachment waits for the Service), and its spec
-  exactly as the design fixes it, mirroring the endpoint's selector and ports (name, protocol, port,
-  targetPort, appProtocol; never nodePort). The API server defaults protocol to TCP and targetPort to
-  port, so we render those defaults explicitly and a second pass compares equal.
-- for an existing Service that is ours, whether it needs a write, and the JSON merge patch
-  (``application/merge-patch+json``: lists are replaced whole, ``null`` removes a key) touching only the
-  fields we own: our label and annotation keys (another writer's keys survive), and the spec fields we
-  set. Fields the API server will not change in place (``loadBalancerClass`` once set, the primary IP
-  family) are reported by ``needs_recreate`` instead.
+- the minted claim: ``generateName: <attachment>-``, ``spec.className`` and ``spec.family`` only
+  when the attachment gives them (neither: the substrate's default class and family), our
+  diagnostic label, and a controller owner reference to the attachment, so garbage collection
+  removes it with the attachment (its address then follows the class's reclaim policy).
+- which ports the Service publishes (``publish_ports``): with ``ports``, those numbers (the
+  endpoint's port of that number mirrored when it has one, else plain TCP ``port == targetPort``:
+  a vm-instance endpoint has only its sentinel); without, every port of the endpoint but the
+  vm-instance sentinel (65535), which is published alone only in WholeIP (cozy-proxy forwards every
+  port whatever the Service lists, and a LoadBalancer Service needs one).
+- the Service: ``generateName`` from the attachment's name made a DNS-1035 label (at most 57
+  characters, so the API's 5-character suffix fits), ``type: LoadBalancer``, the claim annotation
+  (the substrate's driver then pins the claim's addresses with the load balancer's own annotation),
+  the endpoint's selector, the published ports (name, protocol, port, targetPort, appProtocol;
+  never nodePort), ``loadBalancerClass`` from the class when it names one,
+  ``allocateLoadBalancerNodePorts`` per the platform setting, ``ipFamilyPolicy``/``ipFamilies``
+  from the claim's family (Dual: RequireDualStack, IPv4 then IPv6), ``externalTrafficPolicy:
+  Local``; in a VM mode cozy-proxy's label and annotations; a controller owner reference to the
+  attachment (``blockOwnerDeletion``: a foreground deletion waits for the Service). The API server
+  defaults protocol to TCP and targetPort to port, so those are rendered explicitly and a second
+  pass compares equal.
+- for a live Service of ours, the JSON merge patch touching only what we own (our label and
+  annotation keys: another writer's, such as the driver's pin, survive; the spec fields we set),
+  and whether an immutable field (``loadBalancerClass``, the primary family) no longer matches
+  (``immutable_mismatch``: the caller reports it, recreating would drop the address).
 
-Does not: decide whether to render at all, or whether an existing Service is ours (``reconcile`` does,
-by controller owner reference); copy any label or annotation from the endpoint or the attachment
-(copying lineage, ``tenantresource`` or a proxy label would change what the platform believes about
-the Service).
+Does not: decide whether to render (``reconcile``), or copy any label or annotation from the
+endpoint or the attachment (lineage, ``tenantresource`` or a proxy label copied would change what
+the platform believes about the Service).
 """
 
 from __future__ import annotations
 
-import hashlib
 import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from operators.endpointattachment.addresses import IPAddress, family_of
-from operators.endpointattachment.constants import (
+from operators.endpointattachment.api import (
     ALLOW_ICMP_ANNOTATION,
     ANNOTATION_FALSE,
     ANNOTATION_TRUE,
+    API_VERSION,
     ATTACHMENT_LABEL,
-    CILIUM_IPS_ANNOTATION,
-    DEFAULT_PROVIDER,
+    CLAIM_ANNOTATION,
+    CLAIM_KIND,
     EXTERNAL_TRAFFIC_POLICY_LOCAL,
+    FAMILY_DUAL,
+    FAMILY_IPV4,
+    FAMILY_IPV6,
+    IP_FAMILY_POLICY_REQUIRE_DUAL_STACK,
     IP_FAMILY_POLICY_SINGLE_STACK,
     MAX_NAME_LENGTH,
-    METALLB_IPS_ANNOTATION,
-    METALLB_POOL_ANNOTATION,
-    MODE_PORT_LIST,
-    MODE_WHOLE_IP,
+    METHOD_PORT_LIST,
+    METHOD_WHOLE_IP,
     OWNED_ANNOTATIONS,
     OWNED_LABELS,
     PROTOCOL_TCP,
-    PROVIDER_CILIUM,
-    PROVIDER_METALLB,
-    PROVIDERS,
-    SERVICE_API_VERSION,
-    SERVICE_KIND,
-    SERVICE_NAME_PREFIX,
+    SENTINEL_PORT,
     SERVICE_PROXY_NAME_LABEL,
     SERVICE_TYPE_LOAD_BALANCER,
-    VM_MODES,
     WHOLE_IP_ANNOTATION,
+    AttachmentSpec,
 )
 from shared.ownership import owner_reference
 
-# Hex digits of the name hash appended when a name must be cut or sanitised: 32 bits is plenty
-# against accidental collisions among one namespace's attachments.
-_HASH_DIGITS: Final = 8
-_DNS_1035_LABEL: Final = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
+# The API server appends 5 random characters to a generateName prefix; a Service name is at most 63.
+_GENERATED_SUFFIX: Final = 5
 _NOT_DNS_1035: Final = re.compile(r"[^-a-z0-9]")
+# A generateName prefix for a name that does not start with a letter (DNS-1035 labels must).
+_FALLBACK_PREFIX: Final = "ea-"
 # The port fields we mirror; anything else on the endpoint's ports (nodePort above all) stays behind.
 _PORT_FIELDS: Final = ("name", "protocol", "port", "targetPort", "appProtocol")
-# The spec fields we set; only these are compared and patched on an existing Service.
+# The spec fields we set; only these are compared and patched on a live Service.
 _OWNED_SPEC_FIELDS: Final = (
     "type",
     "externalTrafficPolicy",
@@ -81,151 +85,164 @@ _OWNED_SPEC_FIELDS: Final = (
 )
 
 
-class InvalidClassSettings(ValueError):
-    """The class names a provider we do not know how to address."""
-
-
 @dataclass(frozen=True)
-class ClassSettings:
-    """What the rendered Service takes from the IPAddressClass."""
+class RenderSettings:
+    """The platform's settings the Service takes: whether nodePorts are allocated, and the name of
+    the cozy-proxy contract implementor when the platform declares one (None: VM modes off)."""
 
-    provider: str = DEFAULT_PROVIDER
-    metallb_pool: str = ""
-    load_balancer_class: str = ""
-
-
-def class_settings(address_class: Mapping[str, Any]) -> ClassSettings:
-    """The render settings of an IPAddressClass (raises InvalidClassSettings on an unknown provider)."""
-    spec = address_class.get("spec") or {}
-    provider = spec.get("provider") or DEFAULT_PROVIDER
-    if provider not in PROVIDERS:
-        raise InvalidClassSettings(f"unknown provider {provider!r}; expected one of {sorted(PROVIDERS)}")
-    return ClassSettings(
-        provider=str(provider),
-        metallb_pool=str(spec.get("metallbAddressPool") or ""),
-        load_balancer_class=str(spec.get("loadBalancerClass") or ""),
-    )
+    allocate_node_ports: bool = False
+    proxy_name: str | None = None
 
 
-def service_name(attachment_name: str) -> str:
-    """The rendered Service's name: deterministic, a DNS-1035 label, at most 63 characters."""
-    base = SERVICE_NAME_PREFIX + attachment_name
-    if len(base) <= MAX_NAME_LENGTH and _DNS_1035_LABEL.match(base):
-        return base
-    suffix = hashlib.sha256(attachment_name.encode()).hexdigest()[:_HASH_DIGITS]
-    # The "ea-" prefix makes the head start with a letter; the hex suffix ends the name alphanumerically.
-    head = _NOT_DNS_1035.sub("-", base.lower())[: MAX_NAME_LENGTH - _HASH_DIGITS - 1].rstrip("-")
-    return f"{head}-{suffix}"
+def label_value(name: str) -> str:
+    """Our diagnostic label's value: the attachment's name, cut to what a label value holds."""
+    return name[:MAX_NAME_LENGTH].rstrip("-._")
 
 
-def attachment_label_value(attachment_name: str) -> str:
-    """The value of our listing label: the attachment name, hash-cut when longer than a label allows."""
-    if len(attachment_name) <= MAX_NAME_LENGTH:
-        return attachment_name
-    suffix = hashlib.sha256(attachment_name.encode()).hexdigest()[:_HASH_DIGITS]
-    head = attachment_name[: MAX_NAME_LENGTH - _HASH_DIGITS - 1].rstrip("-.")
-    return f"{head}-{suffix}"
+def service_prefix(attachment_name: str) -> str:
+    """The rendered Service's generateName: the attachment's name as a DNS-1035 label, then ``-``."""
+    base = _NOT_DNS_1035.sub("-", attachment_name.lower())
+    if not base[:1].isalpha():
+        base = _FALLBACK_PREFIX + base
+    return base[: MAX_NAME_LENGTH - _GENERATED_SUFFIX - 1].rstrip("-") + "-"
 
 
-def mirrored_ports(ports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """The endpoint's ports as we render them, with the API server's defaults spelled out."""
-    rendered = []
-    for port in ports:
-        item = {key: port[key] for key in _PORT_FIELDS if port.get(key) not in (None, "")}
-        item.setdefault("protocol", PROTOCOL_TCP)
-        if "port" in item:
-            item.setdefault("targetPort", item["port"])
-        rendered.append(item)
-    return rendered
+def ip_families(family: str) -> list[str]:
+    """The Service's ipFamilies for a claim's family (IPv4 first for Dual)."""
+    if family == FAMILY_DUAL:
+        return [FAMILY_IPV4, FAMILY_IPV6]
+    return [FAMILY_IPV6 if family == FAMILY_IPV6 else FAMILY_IPV4]
 
 
-def provider_annotations(settings: ClassSettings, address: IPAddress) -> dict[str, str]:
-    """The annotations that tell the class's load balancer which address to announce."""
-    if settings.provider == PROVIDER_CILIUM:
-        return {CILIUM_IPS_ANNOTATION: str(address)}
-    if settings.provider == PROVIDER_METALLB:
-        annotations = {METALLB_IPS_ANNOTATION: str(address)}
-        if settings.metallb_pool:
-            annotations[METALLB_POOL_ANNOTATION] = settings.metallb_pool
-        return annotations
-    raise InvalidClassSettings(f"unknown provider {settings.provider!r}")
+def render_claim(attachment: Mapping[str, Any], spec: AttachmentSpec) -> dict[str, Any]:
+    """The claim an attachment mints (className, or neither field: the default class)."""
+    metadata = attachment.get("metadata") or {}
+    name = str(metadata.get("name", ""))
+    claim_spec: dict[str, Any] = {}
+    if spec.class_name:
+        claim_spec["className"] = spec.class_name
+    if spec.family:
+        claim_spec["family"] = spec.family
+    return {
+        "apiVersion": API_VERSION,
+        "kind": CLAIM_KIND,
+        "metadata": {
+            "generateName": f"{name}-",
+            "namespace": str(metadata.get("namespace", "")),
+            "labels": {ATTACHMENT_LABEL: label_value(name)},
+            "ownerReferences": [owner_reference(attachment, controller=True, block_owner_deletion=True)],
+        },
+        "spec": claim_spec,
+    }
 
 
-def mode_annotations(mode: str, allow_icmp: bool) -> dict[str, str]:
-    """cozy-proxy's annotations: WholeIP "true"; PortList "false" plus allowICMP; Standard none."""
-    if mode == MODE_WHOLE_IP:
+def mirrored_port(port: Mapping[str, Any]) -> dict[str, Any]:
+    """One endpoint port as we render it, with the API server's defaults spelled out."""
+    item = {key: port[key] for key in _PORT_FIELDS if port.get(key) not in (None, "")}
+    item.setdefault("protocol", PROTOCOL_TCP)
+    if "port" in item:
+        item.setdefault("targetPort", item["port"])
+    return item
+
+
+def publish_ports(endpoint_ports: Sequence[Mapping[str, Any]], spec: AttachmentSpec) -> list[dict[str, Any]]:
+    """The ports the Service publishes (empty: nothing to publish). See the module docstring."""
+    if spec.ports:
+        by_number = {p.get("port"): p for p in endpoint_ports if p.get("port") != SENTINEL_PORT}
+        published = []
+        for number in spec.ports:
+            found = by_number.get(number)
+            published.append(
+                mirrored_port(found)
+                if found is not None
+                else {
+                    "name": f"port-{number}",
+                    "protocol": PROTOCOL_TCP,
+                    "port": number,
+                    "targetPort": number,
+                }
+            )
+        return published
+    mirrored = [mirrored_port(p) for p in endpoint_ports if p.get("port") not in (None, SENTINEL_PORT)]
+    if not mirrored and spec.method == METHOD_WHOLE_IP:
+        mirrored = [mirrored_port(p) for p in endpoint_ports if p.get("port") == SENTINEL_PORT]
+    return mirrored
+
+
+def method_annotations(spec: AttachmentSpec) -> dict[str, str]:
+    """cozy-proxy's annotations: WholeIP "true"; PortList "false" plus allowICMP; none otherwise."""
+    if spec.method == METHOD_WHOLE_IP:
         return {WHOLE_IP_ANNOTATION: ANNOTATION_TRUE}
-    if mode == MODE_PORT_LIST:
+    if spec.method == METHOD_PORT_LIST:
         return {
             WHOLE_IP_ANNOTATION: ANNOTATION_FALSE,
-            ALLOW_ICMP_ANNOTATION: ANNOTATION_TRUE if allow_icmp else ANNOTATION_FALSE,
+            ALLOW_ICMP_ANNOTATION: ANNOTATION_TRUE if spec.allow_icmp else ANNOTATION_FALSE,
         }
     return {}
 
 
 def render_service(
     attachment: Mapping[str, Any],
+    spec: AttachmentSpec,
     *,
+    claim_name: str,
+    family: str,
     selector: Mapping[str, str],
     ports: Sequence[Mapping[str, Any]],
-    address: IPAddress,
-    settings: ClassSettings,
-    mode: str,
-    allow_icmp: bool,
-    proxy_name: str | None,
+    load_balancer_class: str,
+    settings: RenderSettings,
 ) -> dict[str, Any]:
-    """The Service that publishes ``address`` for the attachment's endpoint.
-
-    ``proxy_name`` is the name the ServiceProxy declares; it is required in the VM modes and ignored
-    in Standard. Raises ValueError when a VM mode comes without one (a caller bug: ``datapath`` gates
-    the VM modes on a declaration first).
-    """
+    """The Service that consumes the claim for the attachment's endpoint."""
     metadata = attachment.get("metadata") or {}
     name = str(metadata.get("name", ""))
-    labels = {ATTACHMENT_LABEL: attachment_label_value(name)}
-    if mode in VM_MODES:
-        if not proxy_name:
-            raise ValueError(f"mode {mode} needs the declared proxy name")
-        labels[SERVICE_PROXY_NAME_LABEL] = proxy_name
-    spec: dict[str, Any] = {
+    labels = {ATTACHMENT_LABEL: label_value(name)}
+    if spec.vm_mode and settings.proxy_name:
+        labels[SERVICE_PROXY_NAME_LABEL] = settings.proxy_name
+    families = ip_families(family)
+    service_spec: dict[str, Any] = {
         "type": SERVICE_TYPE_LOAD_BALANCER,
         "externalTrafficPolicy": EXTERNAL_TRAFFIC_POLICY_LOCAL,
-        "allocateLoadBalancerNodePorts": False,
-        "ipFamilyPolicy": IP_FAMILY_POLICY_SINGLE_STACK,
-        "ipFamilies": [family_of(address)],
+        "allocateLoadBalancerNodePorts": settings.allocate_node_ports,
+        "ipFamilyPolicy": IP_FAMILY_POLICY_REQUIRE_DUAL_STACK
+        if len(families) > 1
+        else IP_FAMILY_POLICY_SINGLE_STACK,
+        "ipFamilies": families,
         "selector": dict(selector),
-        "ports": mirrored_ports(ports),
+        "ports": list(ports),
     }
-    if settings.load_balancer_class:
-        spec["loadBalancerClass"] = settings.load_balancer_class
+    if load_balancer_class:
+        service_spec["loadBalancerClass"] = load_balancer_class
     return {
-        "apiVersion": SERVICE_API_VERSION,
-        "kind": SERVICE_KIND,
+        "apiVersion": "v1",
+        "kind": "Service",
         "metadata": {
-            "name": service_name(name),
+            "generateName": service_prefix(name),
             "namespace": str(metadata.get("namespace", "")),
             "labels": labels,
-            "annotations": {**provider_annotations(settings, address), **mode_annotations(mode, allow_icmp)},
+            "annotations": {CLAIM_ANNOTATION: claim_name, **method_annotations(spec)},
             "ownerReferences": [owner_reference(attachment, controller=True, block_owner_deletion=True)],
         },
-        "spec": spec,
+        "spec": service_spec,
     }
 
 
-def needs_recreate(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether an owned field differs that the API server will not change in place."""
+def immutable_mismatch(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> str | None:
+    """Which field the API server will not change in place differs (None: none)."""
     old, new = existing.get("spec") or {}, desired.get("spec") or {}
     if (old.get("loadBalancerClass") or None) != (new.get("loadBalancerClass") or None):
-        return True
+        return (
+            f"loadBalancerClass is {old.get('loadBalancerClass') or 'the default'}, the class asks for "
+            f"{new.get('loadBalancerClass') or 'the default'}"
+        )
     old_families, new_families = old.get("ipFamilies") or [], new.get("ipFamilies") or []
-    return bool(old_families) and bool(new_families) and old_families[0] != new_families[0]
+    if old_families and new_families and old_families[0] != new_families[0]:
+        return f"the primary IP family is {old_families[0]}, the claim's is {new_families[0]}"
+    return None
 
 
 def service_patch(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> dict[str, Any] | None:
     """The JSON merge patch that brings our fields of ``existing`` to ``desired``; None when equal.
-
-    Immutable fields are not patched (see ``needs_recreate``).
-    """
+    Immutable fields are never patched (``immutable_mismatch``)."""
     patch: dict[str, Any] = {}
     metadata: dict[str, Any] = {}
     for key, owned in (("labels", OWNED_LABELS), ("annotations", OWNED_ANNOTATIONS)):
@@ -246,11 +263,6 @@ def service_patch(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> di
     if spec:
         patch["spec"] = spec
     return patch or None
-
-
-def service_needs_update(existing: Mapping[str, Any], desired: Mapping[str, Any]) -> bool:
-    """Whether a pass must write to an existing Service of ours."""
-    return needs_recreate(existing, desired) or service_patch(existing, desired) is not None
 
 
 def _map(obj: Mapping[str, Any], section: str, key: str) -> Mapping[str, Any]:
@@ -279,5 +291,5 @@ def _map_changes(current: Mapping[str, Any], wanted: Mapping[str, Any]) -> dict[
 
 
 def _project_ports(ports: Sequence[Mapping[str, Any]]) -> list[dict[str, Any]]:
-    """An existing Service's ports reduced to the fields we mirror (dropping nodePort and the like)."""
+    """A live Service's ports reduced to the fields we mirror (dropping nodePort and the like)."""
     return [{key: port[key] for key in _PORT_FIELDS if port.get(key) not in (None, "")} for port in ports]

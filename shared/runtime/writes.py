@@ -120,10 +120,20 @@ class Writer:
         *,
         finalizer: str | None = None,
         owner_reference: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
     ) -> Obj:
-        """Add ``finalizer`` and ``owner_reference`` where missing, in one guarded patch."""
+        """Add ``finalizer`` and ``owner_reference`` where missing and set ``labels``, in one guarded
+        patch (nothing is sent when all of it is there already)."""
         metadata = obj.get("metadata") or {}
         ops: JsonPatch = []
+        present = metadata.get("labels")
+        wanted = {k: v for k, v in (labels or {}).items() if (present or {}).get(k) != v}
+        if wanted and not present:
+            ops.append({"op": "add", "path": "/metadata/labels", "value": dict(wanted)})
+        else:
+            for key, value in sorted(wanted.items()):
+                escaped = key.replace("~", "~0").replace("/", "~1")
+                ops.append({"op": "add", "path": f"/metadata/labels/{escaped}", "value": value})
         finalizers = metadata.get("finalizers")
         if finalizer and finalizer not in (finalizers or []):
             ops.append(
