@@ -395,8 +395,8 @@ async def show(
         if status != "True":
             metadata = obj["metadata"]
             where = f"{metadata['namespace']}/" if metadata.get("namespace") else ""
-            wanted = "Provisioned" if obj["kind"] == "EndpointAttachment" else "Ready"
-            print(f"  {obj['kind']} {where}{metadata['name']}: {wanted}={status} {reason}: {message}")
+            verdict = "Provisioned" if obj["kind"] == "EndpointAttachment" else "Ready"
+            print(f"  {obj['kind']} {where}{metadata['name']}: {verdict}={status} {reason}: {message}")
     print("\nInventory, from the operators' Prometheus metrics (never in the world-readable status):")
     wanted = (
         "cozystack_gpuclass_allocatable",
