@@ -38,9 +38,10 @@ from hack.devcluster import ROOT, ClusterInfo, LocalControlPlane
 from hack.jaeger import Jaeger, running_jaeger
 from hack.metallb import metallb
 from hack.waterfall import Span, passes_of, render_waterfall
+from operators.endpointattachment.api import ATTACHMENTS
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
-from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
+from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER, substrate
 
 TENANT = "tenant-demo"
@@ -56,7 +57,6 @@ H200, L40S, RTX4090 = (
     "nvidia.com/AD102_GEFORCE_RTX_4090",
 )
 SDN = "local.sdn.cozystack.io/v1alpha1"
-ATTACHMENTS = Resource(SDN, "endpointattachments")
 # The address substrate's CRDs (a platform package of its own; the operator ships none of them).
 SUBSTRATE_CRDS = ROOT / "tests/fixtures/address-substrate"
 LINEAGE = "apps.cozystack.io/application"

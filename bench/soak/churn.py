@@ -39,6 +39,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from operators.endpointattachment.api import ATTACHMENTS, CLAIMS, CLASSES
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube
 from shared.lineage import (
@@ -48,15 +49,12 @@ from shared.lineage import (
     LABEL_TRUE,
     TENANT_RESOURCE_LABEL,
 )
-from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
+from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.support.manifests import apply_all, load
 from tests.support.substrate import METALLB_PROVISIONER
 from tests.support.waiting import wait_for_object
 
 GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
-ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
-CLAIMS: Final = Resource(GROUP_VERSION, "ipaddressclaims")
-CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
 NAMESPACE: Final = "soak"
 KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
 CLASS_NAME: Final = "soak-pool"
