@@ -93,7 +93,7 @@ CRD_FILES = (
 )
 # The groups whose EndpointAttachment operator runs with the platform's cozy-proxy contract declared
 # (the operator's flag for it; every other group runs without, the default).
-DATAPATH_ARGS: dict[str, tuple[str, ...]] = {"datapath": ("--cozy-proxy-contract-implemented",)}
+DATAPATH_ARGS: dict[str, tuple[str, ...]] = {"datapath": ("--vm-datapath=cozy-proxy",)}
 # A run of this many identical characters in a message is an echo of a huge value.
 ECHO = "a" * 200
 
