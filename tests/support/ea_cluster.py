@@ -109,6 +109,11 @@ ANSWER_TIMEOUT: Final = 40.0
 CLEANUP_TIMEOUT: Final = 20.0
 # The namespace a silenced pool serves: none exists, so MetalLB answers no Service from that pool.
 NOBODY_NAMESPACE: Final = "example-no-such-namespace"
+POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
+POLICY_BINDINGS: Final = Resource(
+    "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
+)
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True)
@@ -588,6 +593,39 @@ class Tenant:
         await self.kube.patch(
             POOLS.path(METALLB_NAMESPACE, class_name), {"spec": {"serviceAllocation": None}}, "merge"
         )
+
+    async def policy(self, name: str, rules: Sequence[Mapping[str, Any]], expression: str, said: str) -> None:
+        """A ValidatingAdmissionPolicy (as a hoster's webhook or policy would) bound to this namespace:
+        it refuses, with 403 and ``said``, the requests ``rules`` match whose ``expression`` is false
+        (removed at cleanup; a test waits for it in force with a probe of its own)."""
+        name = f"{name}-{self.namespace}"[:63]
+        group = "admissionregistration.k8s.io/v1"
+        validation = {"expression": expression, "message": said, "reason": "Forbidden"}
+        policy = {
+            "apiVersion": group,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [dict(r) for r in rules]},
+                "validations": [validation],
+            },
+        }
+        binding = {
+            "apiVersion": group,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: self.namespace}}
+                },
+            },
+        }
+        for resource, body in ((POLICIES, policy), (POLICY_BINDINGS, binding)):
+            await self.kube.create(resource.path(), body)
+            self.cluster_objects.append(resource.path(name=name))
 
     async def claim(self, name: str, class_name: str | None = None, family: str | None = None) -> Obj:
         """A reserved claim in the namespace."""
