@@ -17,10 +17,10 @@ Decides: the glue, and only the glue.
   application and its lineage labels) in one patch, a minted claim (then decides again at once: the
   write's answer is already in the cache), surplus claims and Services of ours deleted, the Service
   created, patched or deleted, the one ``PROGRAMMED_ANNOTATION`` touch, and the status. The pass
-  that creates the Service holds its status back (``STATUS_HOLD_SECONDS``) while it only waits for
-  the load balancer: the answer usually comes first and the pass it wakes writes the status once,
-  Provisioned. A pass never decides while a substrate CRD is established but its informer has not
-  listed yet (it looks again in ``CATCH_UP_SECONDS``).
+  that mints the claim or creates the Service holds the status back (``STATUS_HOLD_SECONDS``) while
+  it only waits for the substrate's or the load balancer's answer: the answer usually comes first
+  and the pass it wakes writes the status once, Provisioned. A pass never decides while a substrate
+  CRD is established but its informer has not listed yet (it looks again in ``CATCH_UP_SECONDS``).
 * the API's refusal of the Service (400, 403, 422) is remembered per attachment
   (``reconcile.ServiceRefusal``) and handed to the next decision, which reports it and does not send
   the same request again; no traceback, no backoff loop. What is remembered is lost on a restart:
@@ -116,9 +116,10 @@ STORAGE_PREFIX: Final = "endpointattachment.operator.cozystack.io"
 
 # Rounds of decide-and-apply in one pass before it yields its worker (a mint, then the claim seen).
 MAX_ROUNDS_PER_PASS: Final = 4
-# A pass that has just created the rendered Service writes no status: the load balancer's answer
-# usually comes first, and the pass it wakes writes the status once (Provisioned). When it does not
-# come within this hold, a re-check writes WaitingForAddress. One status write, not two.
+# A pass that has just minted the claim or created the rendered Service writes no status: the
+# substrate's binding and the load balancer's answer usually come first, and the pass they wake
+# writes the status once (Provisioned). When they do not come within this hold, a re-check writes
+# ClaimPending or WaitingForAddress. One status write, not three.
 STATUS_HOLD_SECONDS: Final = 1.0
 # The shortest timed re-check a pass asks for (a deadline just past is not a busy loop).
 MIN_RECHECK_SECONDS: Final = 0.05
@@ -379,6 +380,7 @@ class AttachmentReconciler:
             await self._delete_service(surplus)
         if plan.mint is not None:
             await self.writer.create(CLAIMS, plan.mint)
+            self._holding[key] = self.clock() + STATUS_HOLD_SECONDS
             return 0.0
         now = self.clock()
         applied = await self._apply_service(key, plan)
@@ -412,7 +414,7 @@ class AttachmentReconciler:
         if until is None:
             return None
         remaining = until - now
-        if remaining > 0 and plan.waits_for_load_balancer:
+        if remaining > 0 and plan.waits_for_answer:
             return remaining
         del self._holding[key]
         return None

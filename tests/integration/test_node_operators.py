@@ -140,9 +140,12 @@ async def install_kustomize(cluster: ClusterInfo, image: str, directory: Path) -
 
 async def install_helm(cluster: ClusterInfo, kube: Kube, image: str, home: Path) -> None:
     """charts/endpointattachment into its namespace (made from config/default, as install.md says),
-    with image.repository and image.tag set."""
+    with image.repository and image.tag set; its prerequisites first, as a hoster has them: Flux's
+    HelmRelease CRD and the address substrate's CRDs (the operator consumes those kinds)."""
     repository, _, tag = image.rpartition(":")
     await apply_all(kube, load("tests/fixtures/helmrelease-crd.yaml"))
+    substrate = sorted((ROOT / "tests" / "fixtures" / "address-substrate").glob("*.yaml"))
+    await apply_all(kube, [doc for path in substrate for doc in load(path)])
     await apply_all(kube, load("config/default/endpointattachment/namespace.yaml"))
     helm = (await run(str(ROOT / "hack" / "build-tool.sh"), "helm")).strip().splitlines()[-1]
     env = {f"HELM_{k}_HOME": str(home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}
