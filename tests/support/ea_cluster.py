@@ -36,15 +36,8 @@ from typing import Any, Final
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
 from shared.kube import NO_ANSWER, Kube, Obj
-from shared.lineage import (
-    APPLICATION_GROUP_LABEL,
-    APPLICATION_KIND_LABEL,
-    APPLICATION_NAME_LABEL,
-    LABEL_TRUE,
-    MANAGED_BY_COZYSTACK_LABEL,
-    TENANT_RESOURCE_LABEL,
-)
 from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
+from tests.ea_builders import for_create, lineage_labels, make_helmrelease
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import ROOT, apply_all, load
@@ -345,38 +338,14 @@ async def reconciles(operator: RunningOperator) -> float:
 def lineage(kind: str, name: str, group: str = APP_GROUP, *, tenant_facing: bool = True) -> dict[str, str]:
     """The labels Cozystack's lineage webhook stamps on an application's object (the tenant-facing
     marker only on Services the application lists as endpoints)."""
-    labels = {
-        APPLICATION_GROUP_LABEL: group,
-        APPLICATION_KIND_LABEL: kind,
-        APPLICATION_NAME_LABEL: name,
-        MANAGED_BY_COZYSTACK_LABEL: LABEL_TRUE,
-    }
-    if tenant_facing:
-        labels[TENANT_RESOURCE_LABEL] = LABEL_TRUE
-    return labels
+    return lineage_labels(group, kind, name, tenant_facing=tenant_facing)
 
 
 def helmrelease_body(name: str, labels: Mapping[str, str]) -> Obj:
-    """A Flux HelmRelease (an application), as Cozystack creates it."""
-    return {
-        "apiVersion": HELMRELEASES.api_version,
-        "kind": "HelmRelease",
-        "metadata": {"name": name, "labels": dict(labels)},
-        # Flux's CRD requires a chart source; Cozystack's applications come from its own repository.
-        "spec": {
-            "chart": {
-                "spec": {
-                    "chart": "postgres",
-                    "sourceRef": {
-                        "kind": "HelmRepository",
-                        "name": "cozystack-apps",
-                        "namespace": "cozy-public",
-                    },
-                }
-            },
-            "interval": "5m",
-        },
-    }
+    """A Flux HelmRelease (an application), as Cozystack creates it, ready to create."""
+    body = for_create(make_helmrelease(name, labels=labels))
+    del body["metadata"]["namespace"]
+    return body
 
 
 DEFAULT_PORTS: Final = ({"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432},)
