@@ -41,6 +41,7 @@ from bench.endpointattachment.apimetrics import ApiServerMetrics
 from bench.endpointattachment.report import MULTIPLY, Row, table
 from bench.soak import analysis, churn, memwhere
 from hack.devcluster import LocalControlPlane
+from operators.endpointattachment.api import ATTACHMENTS
 from shared.kube import Kube
 from tests.support.loadbalancer import load_balancer
 from tests.support.operators import RunningOperator, operator_process
@@ -365,7 +366,7 @@ async def _settle(kube: Kube, within: float) -> Row:
     deadline = time.monotonic() + within
     started = time.monotonic()
     while True:
-        items = (await kube.list(churn.ATTACHMENTS.path(churn.NAMESPACE)))["items"]
+        items = (await kube.list(ATTACHMENTS.path(churn.NAMESPACE)))["items"]
         live = [a for a in items if not a["metadata"].get("deletionTimestamp")]
         ready = [a for a in live if _ready(a)]
         if len(ready) == len(live) or time.monotonic() > deadline:

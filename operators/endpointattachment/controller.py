@@ -100,7 +100,7 @@ from shared.runtime.controller import (
 )
 from shared.runtime.manager import Manager
 from shared.runtime.served import CRDS, crd_name, established
-from shared.runtime.writes import Writer, blocks_deletion_of, sets_owner_references
+from shared.runtime.writes import Finalizer, Writer, blocks_deletion_of, sets_owner_references
 from shared.telemetry.metrics import on_loop
 from shared.telemetry.tracing import current_pass
 
@@ -110,6 +110,7 @@ log = logging.getLogger("endpointattachment")
 # never by kopf: kopf only runs the process and has no resource handler, so kopf's own finalizer
 # must merely be another name (KOPF_FINALIZER, which it then never adds).
 FINALIZER: Final = "endpointattachment.local.sdn.cozystack.io/finalizer"
+HOLD: Final = Finalizer(FINALIZER, ATTACHMENTS)
 KOPF_FINALIZER: Final = "endpointattachment.operator.cozystack.io/kopf"
 # kopf's annotation prefix: ours alone, never shared with the GPUClass operator or kopf's default.
 STORAGE_PREFIX: Final = "endpointattachment.operator.cozystack.io"
@@ -280,7 +281,8 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
         Watch(HELMRELEASES, attachments_of_helmrelease, (labels_changed,)),
     ),
     writes=(
-        Write(ATTACHMENTS, ("patch",)),  # our finalizer, the owner reference and lineage labels
+        HOLD.writes,  # our finalizer, with the owner reference and lineage labels
+        Write(ATTACHMENTS, ("patch",)),  # the owner reference and lineage labels (kopf's annotations)
         sets_owner_references(ATTACHMENTS),  # that owner reference, where admission enforces it
         blocks_deletion_of(ATTACHMENTS),  # the Service's and the claim's blockOwnerDeletion reference
         Write(ATTACHMENTS, ("patch",), "status"),
@@ -297,10 +299,6 @@ def _read(*objects: Mapping[str, Any] | None) -> None:
     report = current_pass()
     if report is not None:
         report.read(*objects)
-
-
-def _finalizers(obj: Mapping[str, Any]) -> list[str]:
-    return list((obj.get("metadata") or {}).get("finalizers") or [])
 
 
 class _Applied(enum.Enum):
@@ -365,12 +363,8 @@ class AttachmentReconciler:
             self._forget(key)
             await self._finalize(attachment, plan)
             return None
-        attachment = await self.writer.ensure_metadata(
-            ATTACHMENTS,
-            attachment,
-            finalizer=FINALIZER,
-            owner_reference=plan.owner_reference,
-            labels=plan.labels,
+        attachment = await HOLD.hold(
+            self.writer, attachment, owner_reference=plan.owner_reference, labels=plan.labels
         )
         for surplus in plan.delete_claims:
             log.info("%s/%s: deleting claim %s, a second mint", *key, key_of(surplus)[1])
@@ -422,14 +416,14 @@ class AttachmentReconciler:
     async def _finalize(self, attachment: Obj, plan: Plan) -> None:
         """Our Services first; once they are gone (their deletion wakes the pass through ``owns``),
         our finalizer. The minted claim goes with the attachment, by garbage collection."""
-        if FINALIZER not in _finalizers(attachment):
+        if not HOLD.releasing(attachment):
             return
         for service in (plan.service, *plan.surplus_services):
             if service is not None:
                 await self._delete_service(service)
         if plan.waits_for_service:
             return
-        await self.writer.remove_finalizer(ATTACHMENTS, attachment, FINALIZER)
+        await HOLD.release(self.writer, attachment)
 
     async def _delete_service(self, service: Mapping[str, Any]) -> None:
         """Delete a Service of ours (the UID precondition: only the very Service we judged ours), then
