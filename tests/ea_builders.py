@@ -1,28 +1,28 @@
 """Builders for the objects the EndpointAttachment operator observes, shaped as the API returns them.
 
 Every builder returns a fresh plain dict with sensible defaults (one Postgres application ``db`` in
-namespace ``tenant-a``, a MetalLB IPv4 class ``public-v4``), so a test states only what it varies.
-Unit tests pass the dicts to the pure core; integration tests can create them (drop ``status`` and the
-server-set metadata first with ``for_create``).
+namespace ``tenant-a`` behind the HelmRelease ``postgres-db``, its tenant-facing endpoint
+``postgres-db-rw``, an attachment ``db-public`` minting from the class ``public``, whose claim is
+Bound to ``203.0.113.7``), so a test states only what it varies. Unit tests pass the dicts to the pure
+core; integration tests can create them (drop ``status`` and the server-set metadata first with
+``for_create``).
 """
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from operators.endpointattachment.addresses import allocation_name
-from operators.endpointattachment.constants import (
+from operators.endpointattachment.api import (
     API_VERSION,
-    ENDPOINT_ATTACHMENT_KIND,
+    ATTACHMENT_KIND,
+    CLAIM_KIND,
+    DEFAULT_CLASS_ANNOTATION,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
-    HELMRELEASE_API_VERSION,
+    HELMRELEASE_GROUP,
     HELMRELEASE_KIND,
-    IP_ADDRESS_ALLOCATION_KIND,
-    IP_ADDRESS_CLAIM_KIND,
-    IP_ADDRESS_CLASS_KIND,
     POD_KIND,
-    SERVICE_PROXY_KIND,
 )
 from shared.lineage import (
     APPLICATION_GROUP_LABEL,
@@ -32,6 +32,7 @@ from shared.lineage import (
     MANAGED_BY_COZYSTACK_LABEL,
     TENANT_RESOURCE_LABEL,
 )
+from shared.ownership import owner_reference
 
 NAMESPACE = "tenant-a"
 APP_GROUP = "apps.cozystack.io"
@@ -39,8 +40,19 @@ APP_KIND = "Postgres"
 APP_NAME = "db"
 HELMRELEASE_NAME = "postgres-db"
 HELMRELEASE_UID = "hr-uid-1"
+HELMRELEASE_API_VERSION = f"{HELMRELEASE_GROUP}/v2"
+ENDPOINT = "postgres-db-rw"
+ATTACHMENT = "db-public"
 ATTACHMENT_UID = "ea-uid-1"
+CLASS = "public"
+# The claim ``db-public`` minted (generateName ``db-public-``), and its address.
+CLAIM = "db-public-k2m9p"
+ADDRESS = "203.0.113.7"
+ADDRESS_V6 = "2001:db8::7"
+# The substrate's MetalLB driver (its class's spec.provisioner).
+METALLB_PROVISIONER = "metallb.drivers.local.sdn.cozystack.io"
 CREATED = "2024-01-01T00:00:00Z"
+DELETED = "2024-01-02T00:00:00Z"
 
 Obj = dict[str, Any]
 # A backend in an EndpointSlice: (pod UID or None, address, ready: True / False / None for "not said").
@@ -50,7 +62,8 @@ Backend = tuple[str | None, str, bool | None]
 def lineage_labels(
     group: str = APP_GROUP, kind: str = APP_KIND, name: str = APP_NAME, *, tenant_facing: bool = True
 ) -> dict[str, str]:
-    """The labels Cozystack's webhook stamps on an application's object."""
+    """The labels Cozystack's webhook stamps on an application's object (the tenant-facing marker
+    only on the Services its application lists as endpoints)."""
     labels = {
         APPLICATION_GROUP_LABEL: group,
         APPLICATION_KIND_LABEL: kind,
@@ -62,19 +75,43 @@ def lineage_labels(
     return labels
 
 
+def application_labels(group: str = APP_GROUP, kind: str = APP_KIND, name: str = APP_NAME) -> dict[str, str]:
+    """The three lineage labels alone: what the operator stamps on an attachment."""
+    return {APPLICATION_GROUP_LABEL: group, APPLICATION_KIND_LABEL: kind, APPLICATION_NAME_LABEL: name}
+
+
 def _metadata(
-    name: str, namespace: str | None, uid: str, labels: Mapping[str, str] | None, created: str = CREATED
+    name: str,
+    namespace: str | None,
+    uid: str,
+    labels: Mapping[str, str] | None,
+    created: str = CREATED,
+    *,
+    annotations: Mapping[str, str] | None = None,
+    owner_references: Sequence[Mapping[str, Any]] = (),
+    deleting: bool = False,
 ) -> Obj:
     metadata: Obj = {"name": name, "uid": uid, "creationTimestamp": created, "resourceVersion": "1"}
     if namespace is not None:
         metadata["namespace"] = namespace
     if labels:
         metadata["labels"] = dict(labels)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    if owner_references:
+        metadata["ownerReferences"] = [dict(ref) for ref in owner_references]
+    if deleting:
+        metadata["deletionTimestamp"] = DELETED
     return metadata
 
 
+def controlled_by(owner: Mapping[str, Any]) -> list[Obj]:
+    """The controller owner reference our writes put on a rendered Service or a minted claim."""
+    return [owner_reference(owner, controller=True, block_owner_deletion=True)]
+
+
 def make_service(
-    name: str = "postgres-db-rw",
+    name: str = ENDPOINT,
     namespace: str = NAMESPACE,
     *,
     uid: str | None = None,
@@ -85,18 +122,21 @@ def make_service(
     type_: str = "ClusterIP",
     owner_references: Sequence[Mapping[str, Any]] = (),
     ingress: Sequence[str] = (),
+    created: str = CREATED,
     deleting: bool = False,
 ) -> Obj:
-    """A Service; by default the tenant-facing endpoint of application ``db``."""
+    """A Service; by default the tenant-facing endpoint of application ``db`` (lineage and the
+    tenant-facing marker; ``selector={}`` for none)."""
     metadata = _metadata(
-        name, namespace, uid or f"svc-uid-{name}", lineage_labels() if labels is None else labels
+        name,
+        namespace,
+        uid or f"svc-uid-{name}",
+        lineage_labels() if labels is None else labels,
+        created,
+        annotations=annotations,
+        owner_references=owner_references,
+        deleting=deleting,
     )
-    if annotations:
-        metadata["annotations"] = dict(annotations)
-    if owner_references:
-        metadata["ownerReferences"] = [dict(ref) for ref in owner_references]
-    if deleting:
-        metadata["deletionTimestamp"] = "2024-01-02T00:00:00Z"
     spec: Obj = {
         "type": type_,
         "selector": dict({"app": "db", "role": "primary"} if selector is None else selector),
@@ -111,6 +151,18 @@ def make_service(
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec, "status": status}
 
 
+def vm_endpoint(name: str = "vm-vm1", namespace: str = NAMESPACE, **changes: Any) -> Obj:
+    """A vm-instance endpoint: headless, its one sentinel port (65535) until the chart exposes it."""
+    defaults: dict[str, Any] = {
+        "labels": lineage_labels(kind="VMInstance", name="vm1"),
+        "selector": {"vm.kubevirt.io/name": "vm1"},
+        "ports": [{"name": "sentinel", "protocol": "TCP", "port": 65535, "targetPort": 65535}],
+    }
+    service = make_service(name, namespace, **{**defaults, **changes})
+    service["spec"]["clusterIP"] = "None"
+    return service
+
+
 def make_helmrelease(
     name: str = HELMRELEASE_NAME,
     namespace: str = NAMESPACE,
@@ -118,7 +170,7 @@ def make_helmrelease(
     uid: str = HELMRELEASE_UID,
     labels: Mapping[str, str] | None = None,
 ) -> Obj:
-    """The Flux HelmRelease behind application ``db``."""
+    """The Flux HelmRelease behind application ``db`` (its lineage labels; its UID is the identity)."""
     return {
         "apiVersion": HELMRELEASE_API_VERSION,
         "kind": HELMRELEASE_KIND,
@@ -143,7 +195,7 @@ def make_helmrelease(
 
 
 def helmrelease_owner(name: str = HELMRELEASE_NAME, uid: str = HELMRELEASE_UID) -> Obj:
-    """The owner reference an attachment carries once stamped."""
+    """The owner reference an attachment carries once stamped (not a controller, never blocking)."""
     return {
         "apiVersion": HELMRELEASE_API_VERSION,
         "kind": HELMRELEASE_KIND,
@@ -155,39 +207,68 @@ def helmrelease_owner(name: str = HELMRELEASE_NAME, uid: str = HELMRELEASE_UID) 
 
 
 def make_attachment(
-    name: str = "db-public",
+    name: str = ATTACHMENT,
     namespace: str = NAMESPACE,
     *,
     uid: str = ATTACHMENT_UID,
-    endpoint: str = "postgres-db-rw",
-    class_name: str | None = "public-v4",
+    app_kind: str = APP_KIND,
+    app_name: str = APP_NAME,
+    app_group: str | None = None,
+    endpoint: str = ENDPOINT,
+    class_name: str | None = None,
     claim_name: str | None = None,
-    mode: str | None = None,
+    family: str | None = None,
+    ports: Sequence[int] | None = None,
+    method: str | None = None,
     allow_icmp: bool | None = None,
     owner_uid: str | None = HELMRELEASE_UID,
+    stamped: bool | None = None,
     created: str = CREATED,
     generation: int = 1,
     status: Mapping[str, Any] | None = None,
+    finalizers: Sequence[str] = (),
     deleting: bool = False,
 ) -> Obj:
-    """An EndpointAttachment; by default already stamped with the owner reference to ``db``."""
-    metadata = _metadata(name, namespace, uid, None, created)
+    """An EndpointAttachment in Cozystack's shape; by default already stamped by the operator (the
+    owner reference to ``db``'s HelmRelease and its lineage labels: ``owner_uid=None`` for neither;
+    ``stamped`` overrides the labels alone). Neither ``class_name`` nor ``claim_name``: the default
+    class."""
+    labelled = owner_uid is not None if stamped is None else stamped
+    metadata = _metadata(
+        name,
+        namespace,
+        uid,
+        application_labels(app_group or APP_GROUP, app_kind, app_name) if labelled else None,
+        created,
+        owner_references=[helmrelease_owner(uid=owner_uid)] if owner_uid is not None else (),
+        deleting=deleting,
+    )
     metadata["generation"] = generation
-    if owner_uid is not None:
-        metadata["ownerReferences"] = [helmrelease_owner(uid=owner_uid)]
-    if deleting:
-        metadata["deletionTimestamp"] = "2024-01-02T00:00:00Z"
-    address: Obj = {"claimName": claim_name} if claim_name else {"className": class_name}
-    spec: Obj = {"endpoint": {"name": endpoint}, "address": address}
-    if mode is not None:
-        spec["mode"] = mode
-    if allow_icmp is not None:
-        spec["allowICMP"] = allow_icmp
+    if finalizers:
+        metadata["finalizers"] = list(finalizers)
+    application: Obj = {"kind": app_kind, "name": app_name}
+    if app_group is not None:
+        application["group"] = app_group
+    load_balancer: Obj = {}
+    for key, value in (
+        ("className", class_name),
+        ("claimName", claim_name),
+        ("family", family),
+        ("ports", list(ports) if ports is not None else None),
+        ("method", method),
+        ("allowICMP", allow_icmp),
+    ):
+        if value is not None:
+            load_balancer[key] = value
     obj: Obj = {
         "apiVersion": API_VERSION,
-        "kind": ENDPOINT_ATTACHMENT_KIND,
+        "kind": ATTACHMENT_KIND,
         "metadata": metadata,
-        "spec": spec,
+        "spec": {
+            "applicationRef": application,
+            "endpoint": {"serviceName": endpoint},
+            "loadBalancer": load_balancer,
+        },
     }
     if status is not None:
         obj["status"] = dict(status)
@@ -195,96 +276,160 @@ def make_attachment(
 
 
 def make_class(
-    name: str = "public-v4",
+    name: str = CLASS,
     *,
-    cidrs: Sequence[str] | None = ("203.0.113.0/26",),
-    ranges: Sequence[Mapping[str, str]] | None = None,
-    exclude: Sequence[str] | None = None,
-    provider: str | None = "MetalLB",
-    metallb_pool: str | None = None,
+    provisioner: str = METALLB_PROVISIONER,
     load_balancer_class: str | None = None,
-    allowed_namespaces: Mapping[str, Any] | None = None,
+    default: bool = False,
+    addresses: Sequence[str] = ("203.0.113.0/26",),
+    reclaim_policy: str | None = None,
 ) -> Obj:
-    """An IPAddressClass (cluster-scoped)."""
-    spec: Obj = {}
-    if cidrs is not None:
-        spec["cidrs"] = list(cidrs)
-    if ranges is not None:
-        spec["ranges"] = [dict(r) for r in ranges]
-    if exclude is not None:
-        spec["excludeAddresses"] = list(exclude)
-    if provider is not None:
-        spec["provider"] = provider
-    if metallb_pool is not None:
-        spec["metallbAddressPool"] = metallb_pool
+    """An IPAddressClass (cluster-scoped); ``load_balancer_class`` is Cozystack's controller's field,
+    absent from the core's CRD at the pinned revision."""
+    spec: Obj = {"provisioner": provisioner, "parameters": {"addresses": list(addresses)}}
+    if reclaim_policy is not None:
+        spec["reclaimPolicy"] = reclaim_policy
     if load_balancer_class is not None:
         spec["loadBalancerClass"] = load_balancer_class
-    if allowed_namespaces is not None:
-        spec["allowedNamespaces"] = dict(allowed_namespaces)
     return {
         "apiVersion": API_VERSION,
-        "kind": IP_ADDRESS_CLASS_KIND,
-        "metadata": _metadata(name, None, f"class-uid-{name}", None),
+        "kind": "IPAddressClass",
+        "metadata": _metadata(
+            name,
+            None,
+            f"class-uid-{name}",
+            None,
+            annotations={DEFAULT_CLASS_ANNOTATION: "true"} if default else None,
+        ),
         "spec": spec,
     }
 
 
 def make_claim(
-    name: str = "my-ip",
+    name: str = CLAIM,
     namespace: str = NAMESPACE,
     *,
-    class_name: str = "public-v4",
-    address: str | None = "203.0.113.20",
+    uid: str | None = None,
+    class_name: str | None = CLASS,
+    family: str | None = None,
     phase: str | None = "Bound",
-    user: tuple[str, str] | None = None,
+    addresses: Sequence[str] = (ADDRESS,),
+    status_class: str | None = CLASS,
+    owner: Mapping[str, Any] | None = None,
+    labels: Mapping[str, str] | None = None,
+    conditions: Sequence[Mapping[str, Any]] = (),
+    created: str = CREATED,
     deleting: bool = False,
 ) -> Obj:
-    """An IPAddressClaim; ``user`` is the (name, uid) of the attachment recorded as using it."""
-    metadata = _metadata(name, namespace, f"claim-uid-{name}", None)
-    if deleting:
-        metadata["deletionTimestamp"] = "2024-01-02T00:00:00Z"
-    spec: Obj = {"className": class_name}
-    if address is not None:
-        spec["address"] = address
+    """An IPAddressClaim; ``owner`` is the attachment that minted it (a controller reference; None: a
+    tenant's reserved claim). ``status.addresses`` is written only while Bound (``phase`` None: not
+    yet reconciled by the substrate)."""
+    metadata = _metadata(
+        name,
+        namespace,
+        uid or f"claim-uid-{name}",
+        labels,
+        created,
+        owner_references=controlled_by(owner) if owner is not None else (),
+        deleting=deleting,
+    )
+    spec: Obj = {}
+    if class_name is not None:
+        spec["className"] = class_name
+    if family is not None:
+        spec["family"] = family
     status: Obj = {}
     if phase is not None:
         status["phase"] = phase
-    if address is not None and phase == "Bound":
-        status["address"] = address
-    if user is not None:
-        status["attachment"] = {"name": user[0], "uid": user[1]}
+        if status_class is not None:
+            status["className"] = status_class
+    if phase == "Bound":
+        status["addresses"] = [{"name": address_name(a), "address": a} for a in addresses]
+    if conditions:
+        status["conditions"] = [dict(c) for c in conditions]
     return {
         "apiVersion": API_VERSION,
-        "kind": IP_ADDRESS_CLAIM_KIND,
+        "kind": CLAIM_KIND,
         "metadata": metadata,
         "spec": spec,
         "status": status,
     }
 
 
-# The default allocation's holder: (kind, namespace, name, uid) of the default attachment.
-ATTACHMENT_HOLDER = (ENDPOINT_ATTACHMENT_KIND, NAMESPACE, "db-public", ATTACHMENT_UID)
+def address_name(ip: str) -> str:
+    """An IPAddress's name from its IP (the driver's: IPv6 with ``:`` spelt ``-``)."""
+    return ip.replace(":", "-")
 
 
-def make_allocation(
-    address: str = "203.0.113.10",
+def make_ip_address(
+    address: str = ADDRESS,
     *,
-    class_name: str = "public-v4",
-    holder: tuple[str, str, str, str] | None = ATTACHMENT_HOLDER,
-    uid: str | None = None,
-    created: str | None = CREATED,
+    claim: tuple[str, str] | None = (NAMESPACE, CLAIM),
+    associated_to: tuple[str, str] | None = None,
+    class_name: str = CLASS,
+    phase: str = "Bound",
 ) -> Obj:
-    """An IPAddressAllocation (cluster-scoped, named by its address); ``holder`` is (kind, namespace,
-    name, uid) or None for none; ``created`` None leaves out the creationTimestamp."""
-    name = allocation_name(address)
-    metadata = _metadata(name, None, uid or f"alloc-uid-{name}", None, created or "")
-    if created is None:
-        del metadata["creationTimestamp"]
-    spec: Obj = {"address": address, "className": class_name}
-    if holder is not None:
-        kind, namespace, holder_name, holder_uid = holder
-        spec["holder"] = {"kind": kind, "namespace": namespace, "name": holder_name, "uid": holder_uid}
-    return {"apiVersion": API_VERSION, "kind": IP_ADDRESS_ALLOCATION_KIND, "metadata": metadata, "spec": spec}
+    """An IPAddress (cluster-scoped, named from the IP): ``claim`` is its ``spec.claimRef`` (namespace,
+    name), ``associated_to`` the (namespace, name) of the Service the driver announces it for."""
+    name = address_name(address)
+    spec: Obj = {"address": address, "className": class_name, "source": {"fromClass": {}}}
+    if claim is not None:
+        spec["claimRef"] = {"namespace": claim[0], "name": claim[1], "uid": f"claim-uid-{claim[1]}"}
+    status: Obj = {"phase": phase}
+    if associated_to is not None:
+        status["associatedTo"] = {"kind": "Service", "namespace": associated_to[0], "name": associated_to[1]}
+    return {
+        "apiVersion": API_VERSION,
+        "kind": "IPAddress",
+        "metadata": _metadata(name, None, f"address-uid-{name}", None),
+        "spec": spec,
+        "status": status,
+    }
+
+
+def as_stored(
+    manifest: Mapping[str, Any],
+    name: str | None = None,
+    *,
+    uid: str | None = None,
+    ingress: Sequence[str] = (),
+    created: str = CREATED,
+    annotations: Mapping[str, str] | None = None,
+) -> Obj:
+    """A rendered manifest (``generateName``) as the API server stores it: named, with a UID, a
+    creation time, a cluster IP for a Service, and ``ingress`` announced in its status."""
+    stored = copy.deepcopy(dict(manifest))
+    metadata = stored["metadata"]
+    prefix = str(metadata.pop("generateName", ""))
+    metadata["name"] = name or f"{prefix}x7ktq"
+    metadata.update(
+        {"uid": uid or f"uid-{metadata['name']}", "creationTimestamp": created, "resourceVersion": "2"}
+    )
+    if annotations:
+        metadata["annotations"] = {**(metadata.get("annotations") or {}), **annotations}
+    if stored.get("kind") == "Service":
+        stored["spec"]["clusterIP"] = "10.96.1.1"
+        stored["status"] = {"loadBalancer": {"ingress": [{"ip": ip} for ip in ingress]} if ingress else {}}
+    return stored
+
+
+def make_pod(
+    name: str = "db-0",
+    namespace: str = NAMESPACE,
+    *,
+    uid: str = "pod-uid-1",
+    labels: Mapping[str, str] | None = None,
+    phase: str = "Running",
+) -> Obj:
+    """A Pod as the operator's cache keeps it; by default selected by the default endpoint."""
+    return {
+        "apiVersion": "v1",
+        "kind": POD_KIND,
+        "metadata": _metadata(
+            name, namespace, uid, {"app": "db", "role": "primary"} if labels is None else labels
+        ),
+        "status": {"phase": phase},
+    }
 
 
 def _pod_ref(pod_uid: str, namespace: str) -> Obj:
@@ -293,7 +438,7 @@ def _pod_ref(pod_uid: str, namespace: str) -> Obj:
 
 
 def make_endpointslice(
-    service: str = "postgres-db-rw",
+    service: str = ENDPOINT,
     namespace: str = NAMESPACE,
     *,
     backends: Sequence[Backend] = (("pod-uid-1", "10.244.0.10", True),),
@@ -323,7 +468,7 @@ def make_endpointslice(
 
 
 def make_endpoints(
-    service: str = "ea-db-vm",
+    service: str = "db-public-x7ktq",
     namespace: str = NAMESPACE,
     *,
     backends: Sequence[Backend] = (("pod-uid-1", "10.244.0.10", True),),
@@ -348,29 +493,6 @@ def make_endpoints(
         "metadata": _metadata(service, namespace, f"endpoints-uid-{service}", {}),
         "subsets": [subset] if ready or not_ready else [],
     }
-
-
-def make_serviceproxy(
-    name: str = "cozy-proxy",
-    *,
-    proxy_name: str = "cozy-proxy",
-    modes: Sequence[str] = ("PortList", "WholeIP"),
-    families: Sequence[str] | None = ("IPv4",),
-    deleting: bool = False,
-) -> Obj:
-    """A ServiceProxy declaration (cluster-scoped)."""
-    metadata = _metadata(name, None, f"proxy-uid-{name}", None)
-    if deleting:
-        metadata["deletionTimestamp"] = "2024-01-02T00:00:00Z"
-    spec: Obj = {"serviceProxyName": proxy_name, "modes": list(modes)}
-    if families is not None:
-        spec["ipFamilies"] = list(families)
-    return {"apiVersion": API_VERSION, "kind": SERVICE_PROXY_KIND, "metadata": metadata, "spec": spec}
-
-
-def make_namespace_labels(name: str = NAMESPACE, **extra: str) -> dict[str, str]:
-    """A namespace's labels as the API server sets them, plus ``extra``."""
-    return {"kubernetes.io/metadata.name": name, **extra}
 
 
 def for_create(obj: Mapping[str, Any]) -> Obj:

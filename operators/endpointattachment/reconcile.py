@@ -6,6 +6,8 @@ Decides, on every pass:
   controller: Flux's controller does not manage attachments; ``blockOwnerDeletion`` false, so
   deleting an application is never held up by its attachments) and the application's three
   lineage labels.
+- what is published and, in the VM modes, whether the datapath admits it (below), before any claim
+  is minted: an attachment that could never render never takes an address.
 - the claim, only once ``Resolved`` is True (a typo or a leftover of a deleted application never
   mints, and never holds a reserved claim): a referenced claim (``claimName``) must exist and not be
   being deleted (``ClaimNotFound``) and be of the family asked for (``FamilyConflict``); it is never
@@ -235,10 +237,11 @@ class Plan:
         return next((c for c in self.conditions if c.type == PROVISIONED), None)
 
     @property
-    def waits_for_load_balancer(self) -> bool:
-        """Everything is in place but the load balancer's answer."""
+    def waits_for_answer(self) -> bool:
+        """Everything is in place but another component's answer: the substrate binding the claim
+        just minted, or the load balancer announcing the address."""
         found = self.provisioned
-        return found is not None and found.reason == REASON_WAITING_FOR_ADDRESS
+        return found is not None and found.reason in (REASON_WAITING_FOR_ADDRESS, REASON_CLAIM_PENDING)
 
     def status_patch(self, stored_status: Mapping[str, Any] | None, now: str) -> JsonPatch:
         """The JSON patch that stores this plan's status; empty when nothing changes (or finalizing)."""
@@ -340,6 +343,43 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
             return dark(REASON_ENDPOINT_DETACHED, message, PHASE_DETACHED)
         return dark(REASON_UNRESOLVED, f"nothing is claimed or rendered until resolved: {resolution.message}")
 
+    # --- what is published -----------------------------------------------------------------------
+    endpoint = observed.endpoint or {}
+    endpoint_spec = endpoint.get("spec") or {}
+    selector = endpoint_spec.get("selector")
+    ports = publish_ports([p for p in endpoint_spec.get("ports") or [] if isinstance(p, Mapping)], spec)
+    if (
+        endpoint_spec.get("type") == SERVICE_TYPE_EXTERNAL_NAME
+        or not isinstance(selector, Mapping)
+        or not selector
+    ):
+        return dark(REASON_NOTHING_TO_PUBLISH, f"Service {spec.endpoint} selects no pods: nothing to publish")
+    if not ports:
+        return dark(
+            REASON_NOTHING_TO_PUBLISH,
+            f"Service {spec.endpoint} publishes no port (a VM's sentinel port alone): name the ports "
+            "to publish, or a method",
+        )
+    selector = {str(k): str(v) for k, v in selector.items()}
+    # The family the VM datapath is judged for: the claim's, or the one a mint will ask for.
+    family = claim_family(claim) if claim is not None else (spec.family or DEFAULT_CLAIM_FAMILY)
+    if spec.vm_mode:
+        slices = observed.endpoint_slices
+        verdict = admit(
+            mode=spec.method,
+            family=family,
+            ports=ports,
+            backends=ready_backends(slices),
+            proxy_name=observed.settings.proxy_name,
+            me=rank_of(attachment),
+            my_service=(str(_meta(attachment).get("namespace")), str(_meta(existing).get("name") or "")),
+            others=observed.rivals,
+            selected=selected_pods(selector, observed.pods) | slice_pods(slices),
+            selector=selector,
+        )
+        if not verdict.ok:
+            return dark(verdict.reason, verdict.message)
+
     # --- the claim -------------------------------------------------------------------------------
     if not observed.substrate:
         return dark(
@@ -369,41 +409,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
             "the claim serves one Service at a time",
         )
 
-    # --- what is published -----------------------------------------------------------------------
-    endpoint = observed.endpoint or {}
-    endpoint_spec = endpoint.get("spec") or {}
-    selector = endpoint_spec.get("selector")
-    ports = publish_ports([p for p in endpoint_spec.get("ports") or [] if isinstance(p, Mapping)], spec)
-    if (
-        endpoint_spec.get("type") == SERVICE_TYPE_EXTERNAL_NAME
-        or not isinstance(selector, Mapping)
-        or not selector
-    ):
-        return dark(REASON_NOTHING_TO_PUBLISH, f"Service {spec.endpoint} selects no pods: nothing to publish")
-    if not ports:
-        return dark(
-            REASON_NOTHING_TO_PUBLISH,
-            f"Service {spec.endpoint} publishes no port (a VM's sentinel port alone): name the ports "
-            "to publish, or a method",
-        )
-    selector = {str(k): str(v) for k, v in selector.items()}
     family = claim_family(claim)
-    if spec.vm_mode:
-        slices = observed.endpoint_slices
-        verdict = admit(
-            mode=spec.method,
-            family=family,
-            ports=ports,
-            backends=ready_backends(slices),
-            proxy_name=observed.settings.proxy_name,
-            me=rank_of(attachment),
-            my_service=(str(_meta(attachment).get("namespace")), str(_meta(existing).get("name") or "")),
-            others=observed.rivals,
-            selected=selected_pods(selector, observed.pods) | slice_pods(slices),
-            selector=selector,
-        )
-        if not verdict.ok:
-            return dark(verdict.reason, verdict.message)
 
     # --- the Service -----------------------------------------------------------------------------
     load_balancer_class = str(((observed.claim_class or {}).get("spec") or {}).get("loadBalancerClass") or "")

@@ -617,6 +617,7 @@ async def _fence_the_garbage_collector(kube: Kube, tenant: Tenant) -> None:
                         "!(request.kind.kind == 'ConfigMap' && "
                         f"oldObject.metadata.name == '{GC_FENCE_PROBE}')",
                         "message": "the garbage collector waits (test fence)",
+                        "reason": "Forbidden",
                     }
                 ],
             },

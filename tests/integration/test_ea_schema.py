@@ -21,6 +21,17 @@ import yaml
 
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import RESOURCE_QUOTAS, Resource
+from tests.catalogue.admission import (
+    APPLICATION_FIXED,
+    CLAIM_FIXED,
+    CLASS_FIXED,
+    EXACTLY_ONE,
+    EXCLUSIVE,
+    FAMILY_FIXED,
+    MECHANISM_FIXED,
+    PORT_LIST_PORTS,
+)
+from tests.catalogue.admission import ICMP as ICMP_PORT_LIST_ONLY
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.tables import printed_row
 from tests.support.waiting import wait_for_object
@@ -38,16 +49,7 @@ SUBSTRATE_PLURALS: Final = ("ipaddressclasses", "ipaddressclaims", "ipaddresses"
 # applicationRef.group when the tenant leaves it out.
 DEFAULT_GROUP: Final = "apps.cozystack.io"
 
-# The rules' messages (config/crd/endpointattachment), as the API server quotes them.
-EXACTLY_ONE: Final = "exactly one mechanism must be set, and loadBalancer is the only one"
-MECHANISM_FIXED: Final = "the mechanism is immutable: spec.loadBalancer cannot be added or removed"
-APPLICATION_FIXED: Final = "applicationRef is immutable: create another attachment"
-EXCLUSIVE: Final = "className and claimName are mutually exclusive"
-CLASS_FIXED: Final = "className is immutable: create another attachment"
-CLAIM_FIXED: Final = "claimName is immutable: create another attachment"
-FAMILY_FIXED: Final = "family is immutable: create another attachment"
-ICMP_PORT_LIST_ONLY: Final = "allowICMP applies to method PortList only"
-PORT_LIST_PORTS: Final = "method PortList requires ports"
+# The rules' messages (config/crd/endpointattachment) are the catalogue's (tests/catalogue/admission).
 # Kubernetes' own schema checks.
 REQUIRED: Final = "Required value"
 UNSUPPORTED: Final = "Unsupported value"

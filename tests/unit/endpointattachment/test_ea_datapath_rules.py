@@ -1,4 +1,5 @@
-"""datapath: proxy declarations, PortList ports, backends, exclusivity on the backend pod."""
+"""datapath: the platform's declaration of a VM datapath, PortList ports, backends, exclusivity on the
+backend pod."""
 
 from __future__ import annotations
 
@@ -6,15 +7,6 @@ from typing import Any
 
 import pytest
 
-from operators.endpointattachment.constants import (
-    REASON_ADDRESS_FAMILY_UNSUPPORTED,
-    REASON_ADMITTED,
-    REASON_EXCLUSIVITY_CONFLICT,
-    REASON_MULTIPLE_BACKENDS,
-    REASON_PORT_TRANSLATION_UNSUPPORTED,
-    REASON_PROXY_DECLARATION_CONFLICT,
-    REASON_PROXY_NOT_DECLARED,
-)
 from operators.endpointattachment.datapath import (
     AttachmentRank,
     ProxiedService,
@@ -24,11 +16,17 @@ from operators.endpointattachment.datapath import (
     check_exclusivity,
     check_port_list,
     find_proxy,
-    proxy_declarations,
     rank_of,
     ready_backends,
 )
-from tests.ea_builders import make_attachment, make_endpointslice, make_serviceproxy
+from operators.endpointattachment.reasons import (
+    REASON_BACKEND_ALREADY_DELEGATED,
+    REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+    REASON_MULTIPLE_BACKENDS,
+    REASON_PROVISIONED,
+    REASON_RENDER_FAILED,
+)
+from tests.ea_builders import make_attachment, make_endpointslice
 
 ME = AttachmentRank("2024-01-02T00:00:00Z", "b-attachment", "tenant-a", "uid-me")
 MY_SERVICE = ("tenant-a", "ea-b-attachment")
@@ -41,115 +39,34 @@ SAME_TIME_LARGER_NAME = AttachmentRank("2024-01-02T00:00:00Z", "c-attachment", "
 def proxied(
     name: str, backends: set[str], rank: AttachmentRank | None = None, proxy: str = "cozy-proxy"
 ) -> ProxiedService:
-    return ProxiedService("tenant-a", name, proxy, frozenset(backends), rank)
+    """A Service delegated to ``proxy`` (rendered by the attachment ``rank``, or a chart's own)."""
+    return ProxiedService("tenant-a", name, proxy, frozenset(backends), rank, uid=f"uid-{name}")
+
+
+def unrendered(rank: AttachmentRank, backends: set[str]) -> ProxiedService:
+    """A VM-mode attachment that could render and has no Service yet."""
+    return ProxiedService("tenant-a", "", "cozy-proxy", frozenset(backends), rank)
 
 
 @pytest.mark.parametrize(
-    ("proxies", "mode", "family", "reason", "proxy_name"),
+    ("proxy_name", "method", "family", "ok", "said"),
     [
-        pytest.param([make_serviceproxy()], "PortList", "IPv4", REASON_ADMITTED, "cozy-proxy", id="declared"),
+        pytest.param("cozy-proxy", "PortList", "IPv4", True, "cozy-proxy serves PortList", id="declared"),
         pytest.param(
-            [make_serviceproxy()], "WholeIP", "IPv4", REASON_ADMITTED, "cozy-proxy", id="declared WholeIP"
+            "cozy-proxy", "WholeIP", "IPv4", True, "cozy-proxy serves WholeIP", id="declared WholeIP"
         ),
-        pytest.param([], "PortList", "IPv4", REASON_PROXY_NOT_DECLARED, None, id="no declaration"),
-        pytest.param(
-            [make_serviceproxy(modes=["PortList"])],
-            "WholeIP",
-            "IPv4",
-            REASON_PROXY_NOT_DECLARED,
-            None,
-            id="mode not declared",
-        ),
-        pytest.param(
-            [make_serviceproxy(modes=[])],
-            "PortList",
-            "IPv4",
-            REASON_PROXY_NOT_DECLARED,
-            None,
-            id="no modes declares none",
-        ),
-        pytest.param(
-            [make_serviceproxy()],
-            "PortList",
-            "IPv6",
-            REASON_ADDRESS_FAMILY_UNSUPPORTED,
-            None,
-            id="family unsupported",
-        ),
-        pytest.param(
-            [make_serviceproxy(families=None)],
-            "PortList",
-            "IPv4",
-            REASON_ADMITTED,
-            "cozy-proxy",
-            id="families default IPv4",
-        ),
-        pytest.param(
-            [make_serviceproxy(families=None)],
-            "PortList",
-            "IPv6",
-            REASON_ADDRESS_FAMILY_UNSUPPORTED,
-            None,
-            id="default is not IPv6",
-        ),
-        pytest.param(
-            [make_serviceproxy(deleting=True)],
-            "PortList",
-            "IPv4",
-            REASON_PROXY_NOT_DECLARED,
-            None,
-            id="deleting ignored",
-        ),
-        pytest.param(
-            [make_serviceproxy(proxy_name="")],
-            "PortList",
-            "IPv4",
-            REASON_PROXY_NOT_DECLARED,
-            None,
-            id="nameless ignored",
-        ),
-        pytest.param(
-            [
-                make_serviceproxy("v4", proxy_name="proxy-v4"),
-                make_serviceproxy("v6", proxy_name="proxy-v6", families=["IPv6"]),
-            ],
-            "WholeIP",
-            "IPv6",
-            REASON_ADMITTED,
-            "proxy-v6",
-            id="picks the one for the family, with its declared name",
-        ),
-        pytest.param(
-            [make_serviceproxy("zz", proxy_name="same"), make_serviceproxy("aa", proxy_name="same")],
-            "PortList",
-            "IPv4",
-            REASON_ADMITTED,
-            "same",
-            id="several naming one proxy are one",
-        ),
-        pytest.param(
-            [make_serviceproxy("zz", proxy_name="second"), make_serviceproxy("aa", proxy_name="first")],
-            "PortList",
-            "IPv4",
-            REASON_PROXY_DECLARATION_CONFLICT,
-            None,
-            id="several naming different proxies: ambiguous, no name guessed",
-        ),
-        pytest.param(
-            [make_serviceproxy()], "Standard", "IPv4", REASON_PROXY_NOT_DECLARED, None, id="not a VM mode"
-        ),
+        pytest.param(None, "PortList", "IPv4", False, "vm-datapath setting is off", id="setting off"),
+        pytest.param("", "WholeIP", "IPv4", False, "vm-datapath setting is off", id="empty name"),
+        pytest.param("cozy-proxy", "WholeIP", "IPv6", False, "IPv4 only", id="IPv6"),
+        pytest.param("cozy-proxy", "PortList", "Dual", False, "IPv4 only", id="Dual"),
+        pytest.param("cozy-proxy", "", "IPv4", False, "not a VM mode", id="not a VM mode"),
     ],
 )
-def test_find_proxy(
-    proxies: list[dict[str, Any]], mode: str, family: str, reason: str, proxy_name: str | None
-) -> None:
-    verdict = find_proxy(proxies, mode, family)
-    assert (verdict.ok, verdict.reason, verdict.proxy_name) == (reason == REASON_ADMITTED, reason, proxy_name)
-
-
-def test_proxy_declarations_sorted() -> None:
-    names = [d.name for d in proxy_declarations([make_serviceproxy("b"), make_serviceproxy("a")])]
-    assert names == ["a", "b"]
+def test_find_proxy(proxy_name: str | None, method: str, family: str, ok: bool, said: str) -> None:
+    verdict = find_proxy(proxy_name, method, family)
+    assert (verdict.ok, verdict.proxy_name) == (ok, proxy_name if ok else None)
+    assert verdict.reason == (REASON_PROVISIONED if ok else REASON_DATAPATH_CONTRACT_UNAVAILABLE)
+    assert said in verdict.message
 
 
 @pytest.mark.parametrize(
@@ -168,7 +85,7 @@ def test_proxy_declarations_sorted() -> None:
 def test_port_list(ports: list[dict[str, Any]], ok: bool) -> None:
     verdict = check_port_list(ports)
     assert verdict.ok is ok
-    assert verdict.reason == (REASON_ADMITTED if ok else REASON_PORT_TRANSLATION_UNSUPPORTED)
+    assert verdict.reason == (REASON_PROVISIONED if ok else REASON_RENDER_FAILED)
 
 
 @pytest.mark.parametrize(
@@ -220,18 +137,30 @@ def test_backend_key_without_anything() -> None:
 def test_check_backends(mode: str, count: int, ok: bool) -> None:
     verdict = check_backends(mode, frozenset(f"p{i}" for i in range(count)))
     assert verdict.ok is ok
-    assert verdict.reason == (REASON_ADMITTED if ok else REASON_MULTIPLE_BACKENDS)
+    assert verdict.reason == (REASON_PROVISIONED if ok else REASON_MULTIPLE_BACKENDS)
 
 
 @pytest.mark.parametrize(
     ("others", "winner"),
     [
         pytest.param([], None, id="alone"),
-        pytest.param([proxied("vm-proxy", {"p1"})], "vm-proxy", id="chart Service always wins"),
-        pytest.param([proxied("ea-old", {"p1"}, OLDER)], "ea-old", id="older attachment wins"),
+        pytest.param(
+            [proxied("vm-proxy", {"p1"})], "Service tenant-a/vm-proxy", id="chart Service always wins"
+        ),
+        pytest.param(
+            [proxied("ea-old", {"p1"}, OLDER)], "Service tenant-a/ea-old", id="older attachment wins"
+        ),
+        pytest.param(
+            [unrendered(OLDER, {"p1"})],
+            "EndpointAttachment tenant-a/z-attachment",
+            id="an older attachment not rendered yet wins, named",
+        ),
+        pytest.param([unrendered(NEWER, {"p1"})], None, id="a newer attachment not rendered loses"),
         pytest.param([proxied("ea-new", {"p1"}, NEWER)], None, id="newer attachment loses"),
         pytest.param(
-            [proxied("ea-a", {"p1"}, SAME_TIME_SMALLER_NAME)], "ea-a", id="same time: smaller name wins"
+            [proxied("ea-a", {"p1"}, SAME_TIME_SMALLER_NAME)],
+            "tenant-a/ea-a",
+            id="same time: smaller name wins",
         ),
         pytest.param(
             [proxied("ea-c", {"p1"}, SAME_TIME_LARGER_NAME)], None, id="same time: larger name loses"
@@ -246,7 +175,7 @@ def test_check_backends(mode: str, count: int, ok: bool) -> None:
         ),
         pytest.param(
             [proxied("ea-old", {"p1"}, OLDER), proxied("vm-proxy", {"p2"})],
-            "vm-proxy",
+            "Service tenant-a/vm-proxy",
             id="chart reported before attachment",
         ),
     ],
@@ -255,8 +184,8 @@ def test_exclusivity(others: list[ProxiedService], winner: str | None) -> None:
     verdict = check_exclusivity(ME, MY_SERVICE, "cozy-proxy", frozenset({"p1", "p2"}), others)
     assert verdict.ok is (winner is None)
     if winner is not None:
-        assert verdict.reason == REASON_EXCLUSIVITY_CONFLICT
-        assert f"tenant-a/{winner}" in verdict.message
+        assert verdict.reason == REASON_BACKEND_ALREADY_DELEGATED
+        assert winner in verdict.message
 
 
 def test_exclusivity_is_symmetric_exactly_one_wins() -> None:
@@ -276,13 +205,13 @@ def test_rank_of() -> None:
 @pytest.mark.parametrize(
     ("mode", "ports", "backends", "others", "reason"),
     [
-        pytest.param("PortList", [{"port": 22}], {"p1"}, [], REASON_ADMITTED, id="PortList admitted"),
+        pytest.param("PortList", [{"port": 22}], {"p1"}, [], REASON_PROVISIONED, id="PortList admitted"),
         pytest.param(
             "PortList",
             [{"port": 22, "targetPort": 2222}],
             {"p1"},
             [],
-            REASON_PORT_TRANSLATION_UNSUPPORTED,
+            REASON_RENDER_FAILED,
             id="ports first",
         ),
         pytest.param(
@@ -290,7 +219,7 @@ def test_rank_of() -> None:
             [{"port": 22, "targetPort": 2222}],
             {"p1"},
             [],
-            REASON_ADMITTED,
+            REASON_PROVISIONED,
             id="WholeIP ignores ports",
         ),
         pytest.param(
@@ -301,7 +230,7 @@ def test_rank_of() -> None:
             [{"port": 22}],
             {"p1"},
             [proxied("vm", {"p1"})],
-            REASON_EXCLUSIVITY_CONFLICT,
+            REASON_BACKEND_ALREADY_DELEGATED,
             id="exclusivity",
         ),
     ],
@@ -314,10 +243,28 @@ def test_admit(
         family="IPv4",
         ports=ports,
         backends=frozenset(backends),
-        service_proxies=[make_serviceproxy(proxy_name="declared")],
+        proxy_name="declared",
         me=ME,
         my_service=MY_SERVICE,
-        others=[ProxiedService(o.namespace, o.name, "declared", o.backends, o.attachment) for o in others],
+        others=[
+            ProxiedService(o.namespace, o.name, "declared", o.backends, o.attachment, uid=o.uid)
+            for o in others
+        ],
     )
     assert verdict.reason == reason
     assert verdict.proxy_name == ("declared" if verdict.ok else None)
+
+
+@pytest.mark.parametrize("proxy_name", [None, ""])
+def test_admit_without_a_declared_datapath_decides_nothing_else(proxy_name: str | None) -> None:
+    verdict = admit(
+        mode="PortList",
+        family="IPv4",
+        ports=[{"port": 22, "targetPort": 2222}],
+        backends=frozenset({"p1", "p2"}),
+        proxy_name=proxy_name,
+        me=ME,
+        my_service=MY_SERVICE,
+        others=[proxied("vm", {"p1"})],
+    )
+    assert verdict.reason == REASON_DATAPATH_CONTRACT_UNAVAILABLE

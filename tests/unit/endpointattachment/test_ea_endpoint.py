@@ -1,4 +1,5 @@
-"""endpoint: which Services may be endpoints, and which application incarnation an attachment belongs to."""
+"""endpoint: which application incarnation an attachment belongs to and whether its endpoint is a
+tenant-facing Service of that application; the first failure, in order, is the verdict."""
 
 from __future__ import annotations
 
@@ -6,169 +7,178 @@ from typing import Any
 
 import pytest
 
-from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
-    REASON_APPLICATION_MISMATCH,
+from operators.endpointattachment.api import ATTACHMENT_LABEL, spec_of
+from operators.endpointattachment.endpoint import (
+    Resolution,
+    bound_application_uid,
+    is_rendered_by_attachment,
+    resolve,
+)
+from operators.endpointattachment.reasons import (
+    REASON_APPLICATION_INCARNATION_CHANGED,
     REASON_APPLICATION_NOT_FOUND,
-    REASON_ENDPOINT_HAS_NO_PORTS,
-    REASON_ENDPOINT_HAS_NO_SELECTOR,
+    REASON_ENDPOINT_LINEAGE_MISMATCH,
     REASON_ENDPOINT_NOT_FOUND,
     REASON_ENDPOINT_NOT_TENANT_FACING,
     REASON_RESOLVED,
 )
-from operators.endpointattachment.endpoint import (
-    bound_application_uid,
-    check_endpoint,
-    is_rendered_by_attachment,
-    match_application,
-)
-from shared.lineage import ApplicationRef
 from tests.ea_builders import (
     HELMRELEASE_UID,
-    NAMESPACE,
-    helmrelease_owner,
+    controlled_by,
     lineage_labels,
     make_attachment,
     make_helmrelease,
     make_service,
 )
 
-APP = ApplicationRef("apps.cozystack.io", "Postgres", "db")
-ATTACHMENT_OWNER = {
-    "apiVersion": "local.sdn.cozystack.io/v1alpha1",
-    "kind": "EndpointAttachment",
-    "name": "other",
-    "uid": "ea-other",
-    "controller": True,
-}
-
-
-@pytest.mark.parametrize(
-    ("service", "reason"),
-    [
-        pytest.param(None, REASON_ENDPOINT_NOT_FOUND, id="missing"),
-        pytest.param(make_service(namespace="tenant-b"), REASON_ENDPOINT_NOT_FOUND, id="other namespace"),
-        pytest.param(make_service(labels={}), REASON_ENDPOINT_NOT_TENANT_FACING, id="no labels"),
-        pytest.param(
-            make_service(labels=lineage_labels(tenant_facing=False)),
-            REASON_ENDPOINT_NOT_TENANT_FACING,
-            id="lineage without tenantresource (operator-internal Service)",
-        ),
-        pytest.param(
-            make_service(labels={"internal.cozystack.io/tenantresource": "true"}),
-            REASON_ENDPOINT_NOT_TENANT_FACING,
-            id="tenantresource without lineage",
-        ),
-        pytest.param(
-            make_service(labels={**lineage_labels(), "internal.cozystack.io/tenantresource": "yes"}),
-            REASON_ENDPOINT_NOT_TENANT_FACING,
-            id="tenantresource not exactly true",
-        ),
-        pytest.param(
-            make_service(labels={**lineage_labels(), ATTACHMENT_LABEL: "x"}),
-            REASON_ENDPOINT_NOT_TENANT_FACING,
-            id="carries our label",
-        ),
-        pytest.param(
-            make_service(owner_references=[ATTACHMENT_OWNER]),
-            REASON_ENDPOINT_NOT_TENANT_FACING,
-            id="controlled by an attachment",
-        ),
-        pytest.param(make_service(type_="ExternalName"), REASON_ENDPOINT_HAS_NO_SELECTOR, id="ExternalName"),
-        pytest.param(make_service(selector={}), REASON_ENDPOINT_HAS_NO_SELECTOR, id="empty selector"),
-        pytest.param(make_service(ports=[]), REASON_ENDPOINT_HAS_NO_PORTS, id="no ports"),
-    ],
+OTHER_APP = lineage_labels(name="other")
+RENDERED = make_service(
+    "db-public-x7ktq", labels={**lineage_labels(), ATTACHMENT_LABEL: "db-public"}, type_="LoadBalancer"
 )
-def test_endpoint_rejected(service: dict[str, Any] | None, reason: str) -> None:
-    check = check_endpoint(service, NAMESPACE)
-    assert not check.ok
-    assert check.reason == reason
-    assert check.message
 
 
-def test_endpoint_accepted_carries_what_to_mirror() -> None:
-    service = make_service(selector={"app": "db"}, ports=[{"name": "pg", "port": 5432, "nodePort": 30000}])
-    check = check_endpoint(service, NAMESPACE)
-    assert check.ok
-    assert check.reason == REASON_RESOLVED
-    assert check.application == APP
-    assert check.selector == {"app": "db"}
-    assert check.ports == ({"name": "pg", "port": 5432, "nodePort": 30000},)
-
-
-def test_endpoint_of_another_name_is_not_found() -> None:
-    check = check_endpoint(make_service("other"), NAMESPACE, "postgres-db-rw")
-    assert (check.ok, check.reason) == (False, REASON_ENDPOINT_NOT_FOUND)
-    assert check_endpoint(make_service(), NAMESPACE, "postgres-db-rw").ok
-
-
-def test_headless_endpoint_with_selector_is_accepted() -> None:
-    service = make_service()
-    service["spec"]["clusterIP"] = "None"
-    assert check_endpoint(service, NAMESPACE).ok
+def verdict(
+    attachment: dict[str, Any] | None = None,
+    helmrelease: dict[str, Any] | str | None = "default",
+    endpoint: dict[str, Any] | str | None = "default",
+) -> Resolution:
+    attachment = attachment or make_attachment()
+    return resolve(
+        attachment,
+        spec_of(attachment),
+        make_helmrelease() if helmrelease == "default" else helmrelease,  # type: ignore[arg-type]
+        make_service() if endpoint == "default" else endpoint,  # type: ignore[arg-type]
+    )
 
 
 @pytest.mark.parametrize(
-    ("service", "expected"),
+    ("changes", "reason"),
     [
-        pytest.param(make_service(labels={ATTACHMENT_LABEL: "a"}), True, id="our label"),
-        pytest.param(make_service(owner_references=[ATTACHMENT_OWNER]), True, id="attachment controller"),
+        pytest.param({}, REASON_RESOLVED, id="resolves"),
+        pytest.param({"helmrelease": None}, REASON_APPLICATION_NOT_FOUND, id="no HelmRelease"),
         pytest.param(
-            make_service(owner_references=[{**ATTACHMENT_OWNER, "controller": False}]),
-            False,
-            id="non-controller reference",
-        ),
-        pytest.param(
-            make_service(owner_references=[{**ATTACHMENT_OWNER, "apiVersion": "example.com/v1"}]),
-            False,
-            id="another group's EndpointAttachment",
-        ),
-        pytest.param(make_service(), False, id="plain endpoint"),
-    ],
-)
-def test_is_rendered_by_attachment(service: dict[str, Any], expected: bool) -> None:
-    assert is_rendered_by_attachment(service) is expected
-
-
-@pytest.mark.parametrize(
-    ("stored", "helmrelease", "ok", "reason", "stamp"),
-    [
-        pytest.param(None, make_helmrelease(), True, REASON_RESOLVED, True, id="first reconcile stamps"),
-        pytest.param(
-            HELMRELEASE_UID, make_helmrelease(), True, REASON_RESOLVED, False, id="same incarnation"
-        ),
-        pytest.param(
-            HELMRELEASE_UID,
-            make_helmrelease(uid="hr-uid-2"),
-            False,
-            REASON_APPLICATION_MISMATCH,
-            False,
-            id="recreated app never inherits",
-        ),
-        pytest.param(None, None, False, REASON_APPLICATION_NOT_FOUND, False, id="no app yet"),
-        pytest.param(HELMRELEASE_UID, None, False, REASON_APPLICATION_NOT_FOUND, False, id="app gone"),
-        pytest.param(
-            None,
-            make_helmrelease(labels=lineage_labels(name="other", tenant_facing=False)),
-            False,
+            {"helmrelease": make_helmrelease(labels=lineage_labels(name="other", tenant_facing=False))},
             REASON_APPLICATION_NOT_FOUND,
-            False,
-            id="HelmRelease of another app",
+            id="a HelmRelease of another application",
+        ),
+        pytest.param(
+            {"helmrelease": {"metadata": {"name": "postgres-db", "labels": lineage_labels()}}},
+            REASON_APPLICATION_NOT_FOUND,
+            id="a HelmRelease without a UID",
+        ),
+        pytest.param(
+            {"helmrelease": make_helmrelease(uid="hr-uid-2")},
+            REASON_APPLICATION_INCARNATION_CHANGED,
+            id="recreated",
+        ),
+        pytest.param({"endpoint": None}, REASON_ENDPOINT_NOT_FOUND, id="no endpoint"),
+        pytest.param(
+            {"endpoint": make_service(labels=OTHER_APP)}, REASON_ENDPOINT_LINEAGE_MISMATCH, id="another app's"
+        ),
+        pytest.param(
+            {"endpoint": make_service(labels={})}, REASON_ENDPOINT_LINEAGE_MISMATCH, id="no lineage"
+        ),
+        pytest.param(
+            {"endpoint": make_service(labels=lineage_labels(tenant_facing=False))},
+            REASON_ENDPOINT_NOT_TENANT_FACING,
+            id="operator-internal",
+        ),
+        pytest.param(
+            {"endpoint": RENDERED}, REASON_ENDPOINT_NOT_TENANT_FACING, id="rendered by an attachment (label)"
+        ),
+        pytest.param(
+            {"endpoint": make_service(owner_references=controlled_by(make_attachment("other", uid="ea-2")))},
+            REASON_ENDPOINT_NOT_TENANT_FACING,
+            id="rendered by an attachment (controller)",
         ),
     ],
 )
-def test_match_application(
-    stored: str | None, helmrelease: dict[str, Any] | None, ok: bool, reason: str, stamp: bool
-) -> None:
-    match = match_application(stored, helmrelease, APP)
-    assert (match.ok, match.reason, match.stamp_owner) == (ok, reason, stamp)
-    if ok:
-        assert match.uid == (helmrelease or {})["metadata"]["uid"]
+def test_resolve_reasons(changes: dict[str, Any], reason: str) -> None:
+    found = verdict(**changes)
+    assert (found.ok, found.reason) == (reason == REASON_RESOLVED, reason)
+    assert found.message
 
 
-def test_bound_application_uid() -> None:
+@pytest.mark.parametrize(
+    ("changes", "reason"),
+    [
+        pytest.param(
+            {"helmrelease": None, "endpoint": None},
+            REASON_APPLICATION_NOT_FOUND,
+            id="the application before the endpoint",
+        ),
+        pytest.param(
+            {"helmrelease": make_helmrelease(uid="hr-uid-2"), "endpoint": None},
+            REASON_APPLICATION_INCARNATION_CHANGED,
+            id="the incarnation before the endpoint",
+        ),
+        pytest.param(
+            {"endpoint": make_service(labels={**OTHER_APP, ATTACHMENT_LABEL: "x"})},
+            REASON_ENDPOINT_NOT_TENANT_FACING,
+            id="rendered by an attachment before lineage",
+        ),
+        pytest.param(
+            {"endpoint": make_service(labels=lineage_labels(name="other", tenant_facing=False))},
+            REASON_ENDPOINT_LINEAGE_MISMATCH,
+            id="lineage before the marker",
+        ),
+    ],
+)
+def test_resolve_order(changes: dict[str, Any], reason: str) -> None:
+    assert verdict(**changes).reason == reason
+
+
+def test_the_first_sight_asks_for_the_stamp_and_names_the_incarnation() -> None:
+    fresh = verdict(make_attachment(owner_uid=None))
+    assert (fresh.ok, fresh.stamp, fresh.application_uid) == (True, True, HELMRELEASE_UID)
+    stamped = verdict()
+    assert (stamped.ok, stamped.stamp, stamped.application_uid) == (True, False, HELMRELEASE_UID)
+
+
+def test_an_unstamped_attachment_resolves_to_whichever_incarnation_is_there() -> None:
+    found = verdict(make_attachment(owner_uid=None), helmrelease=make_helmrelease(uid="hr-uid-2"))
+    assert (found.ok, found.application_uid, found.stamp) == (True, "hr-uid-2", True)
+
+
+def test_a_gone_incarnation_is_named() -> None:
+    assert HELMRELEASE_UID in verdict(helmrelease=None).message
+
+
+def test_application_group_defaults_and_must_match() -> None:
+    assert verdict(make_attachment(app_group="apps.cozystack.io")).ok
+    other_group = verdict(make_attachment(app_group="example.com"))
+    assert other_group.reason == REASON_APPLICATION_NOT_FOUND
+
+
+@pytest.mark.parametrize(
+    ("service", "rendered"),
+    [
+        (make_service(), False),
+        (RENDERED, True),
+        (make_service(owner_references=controlled_by(make_attachment())), True),
+        (
+            make_service(
+                owner_references=[{**controlled_by(make_attachment())[0], "controller": False}],
+            ),
+            False,
+        ),
+        (
+            make_service(
+                owner_references=[{**controlled_by(make_attachment())[0], "apiVersion": "example.com/v1"}]
+            ),
+            False,
+        ),
+    ],
+)
+def test_is_rendered_by_attachment(service: dict[str, Any], rendered: bool) -> None:
+    assert is_rendered_by_attachment(service) is rendered
+
+
+def test_bound_application_uid_reads_only_a_helmrelease_reference() -> None:
     assert bound_application_uid(make_attachment()) == HELMRELEASE_UID
     assert bound_application_uid(make_attachment(owner_uid=None)) is None
-    other_group = make_attachment(owner_uid=None)
-    other_group["metadata"]["ownerReferences"] = [{**helmrelease_owner(), "apiVersion": "example.com/v1"}]
-    assert bound_application_uid(other_group) is None
+    other = make_attachment(owner_uid=None)
+    other["metadata"]["ownerReferences"] = [
+        {"apiVersion": "v1", "kind": "ConfigMap", "name": "x", "uid": "u"}
+    ]
+    assert bound_application_uid(other) is None

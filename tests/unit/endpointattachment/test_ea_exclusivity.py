@@ -1,6 +1,7 @@
 """Exclusivity as cozy-proxy really behaves: decided over every pod an endpoint selects (ready or
 not), rivals rendered or not, the survivors a change of ours must have programmed again, and what
-Ready says in the VM modes. One row per invariant."""
+cozy-proxy itself will program (the v1 Endpoints). One row per invariant; the whole pass over the
+caches at the end."""
 
 from __future__ import annotations
 
@@ -10,17 +11,6 @@ from typing import Any
 
 import pytest
 
-from operators.endpointattachment.constants import (
-    COND_DATAPATH_ADMITTED,
-    COND_READY,
-    PROGRAMMED_ANNOTATION,
-    REASON_ADMITTED,
-    REASON_EXCLUSIVITY_CONFLICT,
-    REASON_MULTIPLE_BACKENDS,
-    REASON_NO_READY_BACKEND,
-    REASON_PROXY_DECLARATION_CONFLICT,
-    REASON_PUBLISHED,
-)
 from operators.endpointattachment.datapath import (
     AttachmentRank,
     ProxiedService,
@@ -35,27 +25,30 @@ from operators.endpointattachment.datapath import (
     survivors,
     uncached_rank,
 )
-from operators.endpointattachment.reconcile import Observed, Plan, ServiceAction, reconcile
+from operators.endpointattachment.reasons import (
+    REASON_BACKEND_ALREADY_DELEGATED,
+    REASON_WAITING_FOR_ADDRESS,
+)
+from operators.endpointattachment.reconcile import Plan, reconcile
+from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import World
 from shared.runtime.cache import Obj
 from tests.ea_builders import (
     make_attachment,
+    make_claim,
     make_class,
     make_endpoints,
     make_endpointslice,
     make_helmrelease,
-    make_namespace_labels,
     make_service,
-    make_serviceproxy,
 )
-from tests.ea_caches import put, world_of
+from tests.ea_caches import Step, put, world_of
 
 NS = "tenant-a"
 ME = AttachmentRank("2024-01-02T00:00:00Z", "me", NS, "uid-me")
 OLDER = AttachmentRank("2024-01-01T00:00:00Z", "old", NS, "uid-old")
 YOUNGER = AttachmentRank("2024-01-03T00:00:00Z", "young", NS, "uid-young")
 VM = {"vm": "vm1"}
-ADDRESS = "203.0.113.10"
 
 
 def pod(name: str, labels: Mapping[str, str], phase: str | None = "Running") -> dict[str, Any]:
@@ -121,12 +114,22 @@ def test_selectors_nested(a: Mapping[str, str] | None, b: Mapping[str, str] | No
 @pytest.mark.parametrize(
     ("others", "winner"),
     [
-        pytest.param([rival("chart", selector=VM)], "chart", id="chart selecting the same: wins with no pod"),
         pytest.param(
-            [rival("ea-old", rank=OLDER, selector=VM)], "ea-old", id="older, not rendered, no pod: wins"
+            [rival("chart", selector=VM)],
+            "Service tenant-a/chart",
+            id="chart selecting the same: wins with no pod",
+        ),
+        pytest.param(
+            [rival("", rank=OLDER, selector=VM)],
+            "EndpointAttachment tenant-a/old",
+            id="older, not rendered, no pod: wins, named",
         ),
         pytest.param([rival("ea-young", rank=YOUNGER, selector=VM)], None, id="younger loses"),
-        pytest.param([rival("ea-old", {"uid-vm"}, OLDER, {"app": "x"})], "ea-old", id="shared unready pod"),
+        pytest.param(
+            [rival("ea-old", {"uid-vm"}, OLDER, {"app": "x"}, uid="o")],
+            "Service tenant-a/ea-old",
+            id="shared unready pod",
+        ),
         pytest.param([rival("ea-old", {"uid-other"}, OLDER, {"vm": "vm2"})], None, id="another VM"),
         pytest.param(
             [rival("ea-gone", {"uid-vm"}, uncached_rank("gone", NS, "u"), VM)],
@@ -144,8 +147,8 @@ def test_exclusivity_over_selected_pods(others: list[ProxiedService], winner: st
     verdict = check_exclusivity(ME, (NS, "ea-me"), "cozy-proxy", frozenset({"uid-vm"}), others, VM)
     assert verdict.ok is (winner is None)
     if winner is not None:
-        assert verdict.reason == REASON_EXCLUSIVITY_CONFLICT
-        assert f"{NS}/{winner}" in verdict.message
+        assert verdict.reason == REASON_BACKEND_ALREADY_DELEGATED
+        assert winner in verdict.message
 
 
 def test_uncached_ranks_after_every_cached_attachment() -> None:
@@ -209,151 +212,47 @@ def test_programmed_token_is_deterministic_per_address_and_backend() -> None:
     assert programmed_token("192.0.2.7", "p1") != programmed_token("192.0.2.8", "p1")
 
 
-# --- the whole pass --------------------------------------------------------------------------------
-
-
-def vm(**changes: Any) -> Observed:
-    base = Observed(
-        attachment=make_attachment(mode="WholeIP"),
-        endpoint=make_service(selector=VM, ports=[{"port": 22}]),
-        helmrelease=make_helmrelease(),
-        address_class=make_class(),
-        held_address=ADDRESS,
-        taken_addresses=frozenset({ADDRESS}),
-        endpoint_slices=[make_endpointslice(backends=[("uid-vm", "10.244.0.10", True)])],
-        service_proxies=[make_serviceproxy()],
-        namespace_labels=make_namespace_labels(),
-        pods=[pod("vm", VM)],
-    )
-    return dataclasses.replace(base, **changes)
-
-
-def announced(plan: Plan) -> dict[str, Any]:
-    assert plan.service is not None
-    stored = {**plan.service, "status": {"loadBalancer": {"ingress": [{"ip": ADDRESS}]}}}
-    stored["metadata"] = {**stored["metadata"], "uid": "svc-uid"}
-    return stored
-
-
-def cond(plan: Plan, type_: str) -> tuple[str, str, str]:
-    found = next(c for c in plan.conditions if c.type == type_)
-    return found.status, found.reason, found.message
-
-
-PROGRAMMED = make_endpoints(backends=[("uid-vm", "10.244.0.10", True)])
-
-
-def test_published_names_the_pod_that_receives_the_traffic() -> None:
-    plan = reconcile(vm())
-    again = reconcile(vm(service=announced(plan), rendered_endpoints=PROGRAMMED))
-    status, reason, message = cond(again, COND_READY)
-    assert (status, reason) == ("True", REASON_PUBLISHED)
-    assert "pod pod-uid-vm (10.244.0.10)" in message
-
-
-def test_published_touches_the_service_once_for_cozy_proxy() -> None:
-    rendered = announced(reconcile(vm()))
-    first = reconcile(vm(service=rendered, rendered_endpoints=PROGRAMMED))
-    assert first.programmed == programmed_token(ADDRESS, "uid-vm")
-    touched = {
-        **rendered,
-        "metadata": {
-            **rendered["metadata"],
-            "annotations": {
-                **rendered["metadata"].get("annotations", {}),
-                PROGRAMMED_ANNOTATION: first.programmed,
-            },
-        },
-    }
-    again = reconcile(vm(service=touched, rendered_endpoints=PROGRAMMED))
-    assert again.programmed is None  # a second pass writes nothing
-    assert again.service_action is ServiceAction.NONE
-    moved = make_endpoints(backends=[("uid-vm-2", "10.244.0.11", True)])
-    assert reconcile(vm(service=touched, rendered_endpoints=moved)).programmed == programmed_token(
-        ADDRESS, "uid-vm-2"
-    )
+# --- the whole pass, from the caches -----------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("endpoints", "reason"),
+    ("mode", "ports", "proxy_name", "expected"),
     [
-        (None, REASON_NO_READY_BACKEND),  # its Endpoints not written yet: slices ran ahead
-        (make_endpoints(backends=[("uid-vm", "10.244.0.10", False)]), REASON_NO_READY_BACKEND),
-        (
-            make_endpoints(backends=[("uid-vm", "10.244.0.10", True), ("uid-2", "10.244.0.11", True)]),
-            REASON_MULTIPLE_BACKENDS,
-        ),
-    ],
-)
-def test_ready_follows_the_v1_endpoints_cozy_proxy_reads(endpoints: Obj | None, reason: str) -> None:
-    plan = reconcile(vm(service=announced(reconcile(vm())), rendered_endpoints=endpoints))
-    assert cond(plan, COND_READY)[:2] == ("False", reason)
-    assert plan.programmed is None
-
-
-def test_no_ready_backend_renders_but_is_not_ready() -> None:
-    unready = [make_endpointslice(backends=[("uid-vm", "10.244.0.10", False)])]
-    plan = reconcile(vm(endpoint_slices=unready))
-    assert plan.service_action is ServiceAction.CREATE  # programmed the moment the pod is ready
-    again = reconcile(vm(endpoint_slices=unready, service=announced(plan)))
-    assert cond(again, COND_READY)[:2] == ("False", REASON_NO_READY_BACKEND)
-
-
-def test_a_loser_never_renders_even_while_its_pod_is_not_ready() -> None:
-    older = rival("ea-old", {"uid-vm"}, AttachmentRank("2023-01-01T00:00:00Z", "old", NS, "uid-old"), VM)
-    plan = reconcile(vm(endpoint_slices=[], proxied_services=[older]))
-    assert cond(plan, COND_DATAPATH_ADMITTED)[:2] == ("False", REASON_EXCLUSIVITY_CONFLICT)
-    assert plan.service is None
-    assert plan.service_action is ServiceAction.NONE
-
-
-def test_a_proxy_declaration_conflict_freezes_a_live_service() -> None:
-    rendered = announced(reconcile(vm()))
-    ambiguous = [make_serviceproxy("a", proxy_name="cozy-proxy"), make_serviceproxy("b", proxy_name="other")]
-    plan = reconcile(vm(service=rendered, service_proxies=ambiguous))
-    assert cond(plan, COND_DATAPATH_ADMITTED)[:2] == ("False", REASON_PROXY_DECLARATION_CONFLICT)
-    assert cond(plan, COND_READY)[:2] == ("False", REASON_PROXY_DECLARATION_CONFLICT)
-    assert plan.service_action is ServiceAction.NONE  # neither relabelled nor deleted
-    fresh = reconcile(vm(service_proxies=ambiguous))
-    assert fresh.service_action is ServiceAction.NONE  # and nothing new rendered
-
-
-def test_one_attachment_alone_is_admitted() -> None:
-    assert cond(reconcile(vm()), COND_DATAPATH_ADMITTED)[:2] == ("True", REASON_ADMITTED)
-
-
-@pytest.mark.parametrize(
-    ("mode", "ports", "proxies", "expected"),
-    [
-        ("WholeIP", [{"port": 22, "targetPort": 2222}], [make_serviceproxy()], True),
-        ("PortList", [{"port": 22}], [make_serviceproxy()], True),
-        ("PortList", [{"port": 22, "targetPort": 2222}], [make_serviceproxy()], False),  # never renders
-        ("PortList", [{"port": 22}], [], False),  # no proxy declared
-        ("WholeIP", None, [make_serviceproxy()], False),  # no endpoint
+        ("WholeIP", [{"port": 22, "targetPort": 2222}], "cozy-proxy", True),
+        ("PortList", [{"port": 22}], "cozy-proxy", True),
+        ("PortList", [{"port": 22, "targetPort": 2222}], "cozy-proxy", False),  # never renders
+        ("PortList", [{"port": 22}], None, False),  # no datapath declared
+        ("WholeIP", [{"port": 22}], "", False),
+        ("WholeIP", None, "cozy-proxy", False),  # no endpoint
+        ("", [{"port": 22}], "cozy-proxy", False),  # not a VM mode
     ],
 )
 def test_could_render(
-    mode: str, ports: list[dict[str, Any]] | None, proxies: list[dict[str, Any]], expected: bool
+    mode: str, ports: list[dict[str, Any]] | None, proxy_name: str | None, expected: bool
 ) -> None:
-    assert could_render(mode, ports, proxies) is expected
+    assert could_render(mode, ports, proxy_name) is expected
 
 
-def two_attachments(*extra: Any) -> World:
-    """Two WholeIP attachments to one VM endpoint, neither rendered, the VM's pod not ready."""
+def condition(plan: Plan) -> tuple[str, str]:
+    found = plan.provisioned
+    assert found is not None
+    return found.reason, found.message
+
+
+def two_attachments(*extra: Step) -> World:
+    """Two WholeIP attachments to one VM endpoint, each with its minted claim Bound, neither rendered."""
+    older = make_attachment("a-old", uid="uid-a", method="WholeIP", created="2024-01-01T00:00:00Z")
+    newer = make_attachment("b-new", uid="uid-b", method="WholeIP", created="2024-01-02T00:00:00Z")
     return world_of(
-        put(
-            "attachment",
-            make_attachment("a-old", uid="uid-a", mode="WholeIP", created="2024-01-01T00:00:00Z"),
-        ),
-        put(
-            "attachment",
-            make_attachment("b-new", uid="uid-b", mode="WholeIP", created="2024-01-02T00:00:00Z"),
-        ),
+        put("attachment", older),
+        put("attachment", newer),
+        put("claim", make_claim("a-old-1", owner=older, addresses=("203.0.113.1",))),
+        put("claim", make_claim("b-new-1", owner=newer, addresses=("203.0.113.2",))),
         put("service", make_service(selector=VM, ports=[{"port": 22}])),
         put("helmrelease", make_helmrelease()),
         put("class", make_class()),
-        put("proxy", make_serviceproxy()),
         *extra,
+        settings=RenderSettings(proxy_name="cozy-proxy"),
     )
 
 
@@ -371,12 +270,29 @@ def two_attachments(*extra: Any) -> World:
         ),
     ],
 )
-def test_from_the_caches_the_younger_of_two_unrendered_attachments_loses(extra: list[Any]) -> None:
+def test_from_the_caches_the_younger_of_two_unrendered_attachments_loses(extra: list[Step]) -> None:
     world = two_attachments(*extra)
     verdicts = {}
     for name in ("a-old", "b-new"):
         observed = world.observe((NS, name))
         assert observed is not None
-        observed = dataclasses.replace(observed, held_address=ADDRESS)
-        verdicts[name] = cond(reconcile(observed), COND_DATAPATH_ADMITTED)[:2]
-    assert verdicts == {"a-old": ("True", REASON_ADMITTED), "b-new": ("False", REASON_EXCLUSIVITY_CONFLICT)}
+        verdicts[name] = condition(reconcile(observed))
+    assert verdicts["a-old"][0] == REASON_WAITING_FOR_ADDRESS, "the older renders"
+    assert verdicts["b-new"] == (
+        REASON_BACKEND_ALREADY_DELEGATED,
+        "a backend pod is published by EndpointAttachment tenant-a/a-old (an older attachment); "
+        "cozy-proxy serves one Service per pod",
+    )
+
+
+def test_from_the_caches_a_chart_s_cozy_proxy_service_beats_every_attachment() -> None:
+    chart = make_service(
+        "vm1-chart", selector=VM, labels={"service.kubernetes.io/service-proxy-name": "cozy-proxy"}
+    )
+    world = two_attachments(put("service", chart))
+    for name in ("a-old", "b-new"):
+        observed = world.observe((NS, name))
+        assert observed is not None
+        reason, message = condition(reconcile(observed))
+        assert reason == REASON_BACKEND_ALREADY_DELEGATED
+        assert "Service tenant-a/vm1-chart" in message

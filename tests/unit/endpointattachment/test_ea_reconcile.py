@@ -1,87 +1,148 @@
-"""reconcile: one attachment's observations -> the plan. Tables per invariant, plus a tiny simulated glue
-that applies plans until a pass is quiet, to carry the design's proofs at the pure level."""
+"""reconcile: one attachment's observations -> the plan. Tables per invariant, over a default world in
+which everything resolves (application ``db``, its tenant-facing endpoint, a minted claim Bound to
+``203.0.113.7``), plus a tiny simulated glue (``settle``) that applies a plan, to show that a second
+pass over an unchanged world plans nothing."""
 
 from __future__ import annotations
 
 import copy
 import dataclasses
-import random
+from collections.abc import Callable
+from datetime import datetime, timedelta
 from typing import Any
 
 import jsonpatch
 import pytest
 
-from operators.endpointattachment.addresses import parse_address, pool_of
-from operators.endpointattachment.constants import (
-    COND_ADDRESS_BOUND,
-    COND_DATAPATH_ADMITTED,
-    COND_ENDPOINT_RESOLVED,
-    COND_READY,
-    CONDITION_TYPES,
-    REASON_ADDRESS_FAMILY_UNSUPPORTED,
-    REASON_ADDRESS_IN_USE,
-    REASON_ADDRESS_PENDING,
-    REASON_ADDRESS_UNBOUND,
-    REASON_ADMITTED,
-    REASON_APPLICATION_MISMATCH,
+from operators.endpointattachment.api import (
+    ATTACHMENT_LABEL,
+    CLAIM_ANNOTATION,
+    METALLB_IPS_ANNOTATION,
+    PHASE_ATTACHED,
+    PHASE_DETACHED,
+    PHASE_PENDING,
+    PROGRAMMED_ANNOTATION,
+    spec_of,
+)
+from operators.endpointattachment.datapath import AttachmentRank, ProxiedService, programmed_token
+from operators.endpointattachment.reasons import (
+    PROVISIONED,
+    PROVISIONED_REASONS,
+    REASON_ADDRESS_NOT_ANNOUNCED,
+    REASON_APPLICATION_INCARNATION_CHANGED,
     REASON_APPLICATION_NOT_FOUND,
-    REASON_BINDING,
-    REASON_CLAIM_BOUND,
+    REASON_BACKEND_ALREADY_DELEGATED,
     REASON_CLAIM_IN_USE,
-    REASON_CLAIM_NOT_BOUND,
     REASON_CLAIM_NOT_FOUND,
-    REASON_CLASS_INVALID,
-    REASON_CLASS_NOT_FOUND,
+    REASON_CLAIM_PENDING,
+    REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+    REASON_ENDPOINT_DETACHED,
+    REASON_ENDPOINT_LINEAGE_MISMATCH,
     REASON_ENDPOINT_NOT_FOUND,
     REASON_ENDPOINT_NOT_TENANT_FACING,
-    REASON_ENDPOINT_UNRESOLVED,
-    REASON_EXCLUSIVITY_CONFLICT,
-    REASON_MINTED,
-    REASON_MINTING,
+    REASON_FAMILY_CONFLICT,
     REASON_MULTIPLE_BACKENDS,
-    REASON_NAMESPACE_NOT_ALLOWED,
-    REASON_POOL_EXHAUSTED,
-    REASON_PORT_TRANSLATION_UNSUPPORTED,
-    REASON_PROXY_NOT_DECLARED,
-    REASON_PUBLISHED,
+    REASON_NO_READY_BACKEND,
+    REASON_NOTHING_TO_PUBLISH,
+    REASON_PROVISIONED,
+    REASON_RENDER_FAILED,
     REASON_RESOLVED,
-    REASON_SERVICE_NAME_CONFLICT,
-    SERVICE_PROXY_NAME_LABEL,
+    REASON_UNRESOLVED,
+    REASON_WAITING_FOR_ADDRESS,
+    RESOLVED,
+    RESOLVED_REASONS,
 )
-from operators.endpointattachment.datapath import AttachmentRank, ProxiedService
-from operators.endpointattachment.reconcile import Observed, Plan, ServiceAction, reconcile, selector_matches
-from shared.conditions import FALSE, TRUE, UNKNOWN
+from operators.endpointattachment.reconcile import (
+    Observed,
+    PassContext,
+    Plan,
+    ServiceAction,
+    reconcile,
+    refusal_of,
+)
+from operators.endpointattachment.render import RenderSettings, render_claim
+from shared.conditions import FALSE, TRUE
 from tests.ea_builders import (
-    ATTACHMENT_UID,
-    HELMRELEASE_UID,
+    ADDRESS,
+    ADDRESS_V6,
+    CLAIM,
+    CREATED,
+    NAMESPACE,
+    application_labels,
+    as_stored,
+    controlled_by,
+    helmrelease_owner,
+    lineage_labels,
     make_attachment,
     make_claim,
     make_class,
+    make_endpoints,
     make_endpointslice,
     make_helmrelease,
-    make_namespace_labels,
+    make_ip_address,
+    make_pod,
     make_service,
-    make_serviceproxy,
+    vm_endpoint,
 )
 
-NOW = "2024-02-01T00:00:00Z"
-ADDRESS = "203.0.113.10"
+COZY = RenderSettings(proxy_name="cozy-proxy")
+T0 = datetime.fromisoformat(CREATED)
+VM_POD = {"vm.kubevirt.io/name": "vm1"}
 
 
 def observe(**changes: Any) -> Observed:
-    """A fully published-ready observation (held address, no Service yet), with ``changes`` applied."""
+    """Everything resolves and the minted claim is Bound; no Service yet; ``changes`` applied."""
+    attachment = changes.pop("attachment", None) or make_attachment()
     base = Observed(
-        attachment=make_attachment(),
-        endpoint=make_service(),
+        attachment=attachment,
         helmrelease=make_helmrelease(),
-        address_class=make_class(),
-        held_address=ADDRESS,
-        taken_addresses=frozenset({ADDRESS}),
-        endpoint_slices=[make_endpointslice()],
-        service_proxies=[make_serviceproxy()],
-        namespace_labels=make_namespace_labels(),
+        endpoint=make_service(),
+        claim=make_claim(owner=attachment),
+        claim_class=make_class(),
+        addresses=[make_ip_address()],
     )
     return dataclasses.replace(base, **changes)
+
+
+def vm_observe(method: str = "WholeIP", **changes: Any) -> Observed:
+    """A VM-mode attachment to a vm-instance endpoint with one running, ready pod; cozy-proxy declared."""
+    attachment = changes.pop("attachment", None) or make_attachment(
+        "vm1-public", app_kind="VMInstance", app_name="vm1", endpoint="vm-vm1", method=method
+    )
+    base = observe(
+        attachment=attachment,
+        settings=COZY,
+        helmrelease=make_helmrelease(
+            "vm-vm1", labels=lineage_labels(kind="VMInstance", name="vm1", tenant_facing=False)
+        ),
+        endpoint=vm_endpoint(),
+        endpoint_slices=[make_endpointslice("vm-vm1")],
+        pods=[make_pod("virt-launcher-vm1", labels=VM_POD)],
+    )
+    return dataclasses.replace(base, **changes)
+
+
+def rendered(observed: Observed, ingress: tuple[str, ...] = (ADDRESS,), **stored: Any) -> dict[str, Any]:
+    """The Service this observation renders, as the API server stores it, with ``ingress`` announced
+    (and the driver's pin, which is never ours)."""
+    plan = reconcile(observed)
+    assert plan.service_action is ServiceAction.CREATE, plan.provisioned
+    assert plan.service is not None
+    return as_stored(
+        plan.service, ingress=ingress, annotations={METALLB_IPS_ANNOTATION: ",".join(ingress)}, **stored
+    )
+
+
+def attached(observed: Observed | None = None, ingress: tuple[str, ...] = (ADDRESS,)) -> Observed:
+    """``observed`` (default: ``observe()``) with its Service rendered, announced and associated."""
+    observed = observed or observe()
+    service = rendered(observed, ingress)
+    name = service["metadata"]["name"]
+    endpoints = make_endpoints(name) if spec_of(observed.attachment).vm_mode else None
+    addresses = [make_ip_address(a, associated_to=(NAMESPACE, name)) for a in ingress]
+    return dataclasses.replace(
+        observed, services=[service], addresses=addresses, rendered_endpoints=endpoints
+    )
 
 
 def condition(plan: Plan, type_: str) -> tuple[str, str]:
@@ -89,686 +150,945 @@ def condition(plan: Plan, type_: str) -> tuple[str, str]:
     return found.status, found.reason
 
 
-def published(plan: Plan, ingress: str | None = ADDRESS) -> dict[str, Any]:
-    """The plan's Service as the API server would store it, with ``ingress`` announced."""
-    assert plan.service is not None
-    stored = copy.deepcopy(dict(plan.service))
-    stored["metadata"]["uid"] = "svc-uid"
-    stored["spec"]["clusterIP"] = "10.96.1.1"
-    stored["status"] = {"loadBalancer": {"ingress": [{"ip": ingress}] if ingress else []}}
-    return stored
+def message(plan: Plan) -> str:
+    assert plan.provisioned is not None
+    return plan.provisioned.message
 
 
-# --- every pass sets all four conditions -----------------------------------------------------------
-
-SCENARIOS = {
-    "published": observe(),
-    "no endpoint": observe(endpoint=None, held_address=None),
-    "no class": observe(address_class=None),
-    "claim in use": observe(
-        attachment=make_attachment(claim_name="my-ip"),
-        claim=make_claim(user=("x", "other")),
-        held_address=None,
-    ),
-    "vm mode undeclared": observe(attachment=make_attachment(mode="WholeIP"), service_proxies=[]),
-    "deleted app": observe(helmrelease=None),
-}
-
-
-@pytest.mark.parametrize("observed", SCENARIOS.values(), ids=SCENARIOS.keys())
-def test_every_pass_sets_all_four_conditions(observed: Observed) -> None:
-    plan = reconcile(observed)
-    assert tuple(c.type for c in plan.conditions) == CONDITION_TYPES
-    assert all(c.status in (TRUE, FALSE, UNKNOWN) and c.reason for c in plan.conditions)
+def settle(observed: Observed, plan: Plan) -> Observed:
+    """The world after the glue applied ``plan`` (status, metadata stamps, the PROGRAMMED touch)."""
+    attachment = copy.deepcopy(dict(observed.attachment))
+    patch = plan.status_patch(attachment.get("status"), CREATED)
+    attachment = jsonpatch.apply_patch(attachment, patch)
+    metadata = attachment["metadata"]
+    if plan.owner_reference is not None:
+        metadata["ownerReferences"] = [*metadata.get("ownerReferences", []), dict(plan.owner_reference)]
+    if plan.labels:
+        metadata["labels"] = {**metadata.get("labels", {}), **plan.labels}
+    services: list[dict[str, Any]] = [copy.deepcopy(dict(s)) for s in observed.services]
+    if plan.programmed is not None:
+        services[0]["metadata"]["annotations"][PROGRAMMED_ANNOTATION] = plan.programmed
+    return dataclasses.replace(observed, attachment=attachment, services=services)
 
 
-# --- endpoint and application ----------------------------------------------------------------------
+def assert_quiet(plan: Plan, observed: Observed) -> None:
+    assert plan.status_patch(observed.attachment.get("status"), CREATED) == []
+    assert plan.service_action is ServiceAction.NONE
+    assert (plan.mint, plan.delete_claims, plan.surplus_services) == (None, (), ())
+    assert (plan.owner_reference, dict(plan.labels), plan.programmed) == (None, {}, None)
 
 
-@pytest.mark.parametrize(
-    ("changes", "reason"),
-    [
-        pytest.param({"endpoint": None}, REASON_ENDPOINT_NOT_FOUND, id="no endpoint"),
-        pytest.param(
-            {"endpoint": make_service(labels={})}, REASON_ENDPOINT_NOT_TENANT_FACING, id="not tenant-facing"
-        ),
-        pytest.param({"helmrelease": None}, REASON_APPLICATION_NOT_FOUND, id="application gone"),
-        pytest.param(
-            {"helmrelease": make_helmrelease(uid="hr-2")},
-            REASON_APPLICATION_MISMATCH,
-            id="recreated application",
-        ),
-    ],
-)
-def test_unresolved_endpoint_is_dark_and_deletes_our_service(changes: dict[str, Any], reason: str) -> None:
-    ours = published(reconcile(observe()))
-    plan = reconcile(observe(service=ours, **changes))
-    assert condition(plan, COND_ENDPOINT_RESOLVED) == (FALSE, reason)
-    assert condition(plan, COND_READY) == (FALSE, reason)
-    assert plan.service is None
-    assert plan.service_action is ServiceAction.DELETE
-    assert plan.status["serviceName"] is None
-    assert condition(plan, COND_ADDRESS_BOUND) == (TRUE, REASON_MINTED), "a held address stays held"
+# --- every reason is reachable ----------------------------------------------------------------------
+
+OTHER_APP = lineage_labels(kind="Postgres", name="other")
+CHART_PROXY = ProxiedService(NAMESPACE, "vm1-chart", "cozy-proxy", frozenset({"pod-uid-1"}), uid="chart-uid")
+NOW_LATE = T0 + timedelta(seconds=61)
+
+Build = Callable[[], tuple[Observed, PassContext | None]]
+SCENARIOS: dict[str, tuple[Build, str, str]] = {}
 
 
-def test_first_reconcile_stamps_the_owner_reference() -> None:
-    plan = reconcile(observe(attachment=make_attachment(owner_uid=None)))
-    assert plan.owner_reference == {
-        "apiVersion": "helm.toolkit.fluxcd.io/v2",
-        "kind": "HelmRelease",
-        "name": "postgres-db",
-        "uid": HELMRELEASE_UID,
-        "controller": False,
-        "blockOwnerDeletion": False,
-    }
-    assert reconcile(observe()).owner_reference is None
-    listed = make_helmrelease()  # list items may come without apiVersion and kind
-    del listed["apiVersion"], listed["kind"]
-    stamped = reconcile(
-        observe(attachment=make_attachment(owner_uid=None), helmrelease=listed)
-    ).owner_reference
-    assert stamped is not None
-    assert (stamped["apiVersion"], stamped["kind"]) == ("helm.toolkit.fluxcd.io/v2", "HelmRelease")
+def scenario(name: str, resolved: str, provisioned: str) -> Callable[[Build], Build]:
+    def register(build: Build) -> Build:
+        SCENARIOS[name] = (build, resolved, provisioned)
+        return build
+
+    return register
 
 
-def test_status_application_names_the_incarnation() -> None:
-    plan = reconcile(observe())
-    assert plan.status["application"] == {"kind": "Postgres", "name": "db", "uid": HELMRELEASE_UID}
-    assert reconcile(observe(helmrelease=None)).status["application"] is None
+@scenario("attached", REASON_RESOLVED, REASON_PROVISIONED)
+def _attached() -> tuple[Observed, PassContext | None]:
+    return attached(), None
 
 
-# --- minting ---------------------------------------------------------------------------------------
+@scenario("no application", REASON_APPLICATION_NOT_FOUND, REASON_UNRESOLVED)
+def _no_application() -> tuple[Observed, PassContext | None]:
+    return observe(helmrelease=None), None
 
 
-def test_mint_requests_a_free_candidate_of_the_class() -> None:
-    plan = reconcile(observe(held_address=None, taken_addresses=frozenset()))
-    assert condition(plan, COND_ADDRESS_BOUND) == (UNKNOWN, REASON_MINTING)
-    assert plan.mint is not None
-    assert pool_of(make_class()["spec"]).contains(parse_address(plan.mint.address))
-    assert plan.mint.allocation["metadata"]["name"] == plan.mint.address
-    assert plan.mint.allocation["spec"]["holder"] == {
-        "kind": "EndpointAttachment",
-        "namespace": "tenant-a",
-        "name": "db-public",
-        "uid": ATTACHMENT_UID,
-    }
-    assert plan.service is None
-    assert "address" not in plan.status, "status.address is written only once held"
+@scenario("application recreated", REASON_APPLICATION_INCARNATION_CHANGED, REASON_UNRESOLVED)
+def _recreated() -> tuple[Observed, PassContext | None]:
+    return dataclasses.replace(attached(), helmrelease=make_helmrelease(uid="hr-uid-2")), None
 
 
-def test_mint_skips_taken_addresses() -> None:
-    pool = pool_of(make_class()["spec"])
-    everything = {str(a) for a in pool.candidates()}
-    last = sorted(everything)[0]
-    plan = reconcile(observe(held_address=None, taken_addresses=frozenset(everything - {last})))
-    assert plan.mint is not None
-    assert plan.mint.address == last
+@scenario("endpoint never seen", REASON_ENDPOINT_NOT_FOUND, REASON_UNRESOLVED)
+def _endpoint_missing() -> tuple[Observed, PassContext | None]:
+    return observe(endpoint=None, claim=None, addresses=[]), None
 
 
-def test_pool_exhausted() -> None:
-    everything = frozenset(str(a) for a in pool_of(make_class()["spec"]).candidates())
-    plan = reconcile(observe(held_address=None, taken_addresses=everything))
-    assert condition(plan, COND_ADDRESS_BOUND) == (FALSE, REASON_POOL_EXHAUSTED)
-    assert plan.mint is None
+@scenario("endpoint of another application", REASON_ENDPOINT_LINEAGE_MISMATCH, REASON_UNRESOLVED)
+def _lineage() -> tuple[Observed, PassContext | None]:
+    return observe(endpoint=make_service(labels=OTHER_APP)), None
 
 
-def test_lost_allocation_is_reminted_at_the_same_address() -> None:
-    attachment = make_attachment(status={"address": "203.0.113.33"})
-    plan = reconcile(observe(attachment=attachment, held_address=None, taken_addresses=frozenset()))
-    assert plan.mint is not None
-    assert plan.mint.address == "203.0.113.33"
+@scenario("endpoint not tenant-facing", REASON_ENDPOINT_NOT_TENANT_FACING, REASON_UNRESOLVED)
+def _internal() -> tuple[Observed, PassContext | None]:
+    return observe(endpoint=make_service(labels=lineage_labels(tenant_facing=False))), None
 
 
-def test_lost_address_held_by_someone_else_is_address_in_use() -> None:
-    attachment = make_attachment(status={"address": "203.0.113.33"})
-    plan = reconcile(
-        observe(attachment=attachment, held_address=None, taken_addresses=frozenset({"203.0.113.33"}))
-    )
-    assert condition(plan, COND_ADDRESS_BOUND) == (FALSE, REASON_ADDRESS_IN_USE)
-    assert plan.mint is None
-    assert "address" not in plan.status, "the lost address stays visible"
+@scenario("substrate absent", REASON_RESOLVED, REASON_CLAIM_PENDING)
+def _no_substrate() -> tuple[Observed, PassContext | None]:
+    return observe(substrate=False), None
+
+
+@scenario("reserved claim missing", REASON_RESOLVED, REASON_CLAIM_NOT_FOUND)
+def _claim_missing() -> tuple[Observed, PassContext | None]:
+    return observe(attachment=make_attachment(claim_name="held-ip"), claim=None), None
+
+
+@scenario("claim's address announced for another Service", REASON_RESOLVED, REASON_CLAIM_IN_USE)
+def _in_use() -> tuple[Observed, PassContext | None]:
+    other = make_service("legacy-lb", annotations={CLAIM_ANNOTATION: "held-ip"}, type_="LoadBalancer")
+    return observe(
+        attachment=make_attachment(claim_name="held-ip"),
+        claim=make_claim("held-ip"),
+        addresses=[make_ip_address(claim=(NAMESPACE, "held-ip"), associated_to=(NAMESPACE, "legacy-lb"))],
+        claim_users=[other],
+    ), None
+
+
+@scenario("reserved claim of another family", REASON_RESOLVED, REASON_FAMILY_CONFLICT)
+def _family() -> tuple[Observed, PassContext | None]:
+    return observe(
+        attachment=make_attachment(claim_name="held-ip", family="IPv6"), claim=make_claim("held-ip")
+    ), None
+
+
+@scenario("endpoint selects nothing", REASON_RESOLVED, REASON_NOTHING_TO_PUBLISH)
+def _nothing() -> tuple[Observed, PassContext | None]:
+    return observe(endpoint=make_service(selector={})), None
+
+
+@scenario("VM method, no datapath declared", REASON_RESOLVED, REASON_DATAPATH_CONTRACT_UNAVAILABLE)
+def _undeclared() -> tuple[Observed, PassContext | None]:
+    return vm_observe(settings=RenderSettings()), None
+
+
+@scenario("VM with two ready backends", REASON_RESOLVED, REASON_MULTIPLE_BACKENDS)
+def _two_backends() -> tuple[Observed, PassContext | None]:
+    backends = (("pod-uid-1", "10.244.0.10", True), ("pod-uid-2", "10.244.0.11", True))
+    return vm_observe(endpoint_slices=[make_endpointslice("vm-vm1", backends=backends)]), None
+
+
+@scenario("VM pod published by the chart", REASON_RESOLVED, REASON_BACKEND_ALREADY_DELEGATED)
+def _delegated() -> tuple[Observed, PassContext | None]:
+    return vm_observe(rivals=[CHART_PROXY]), None
+
+
+@scenario("Service written, no address yet", REASON_RESOLVED, REASON_WAITING_FOR_ADDRESS)
+def _waiting() -> tuple[Observed, PassContext | None]:
+    return attached(ingress=()), None
+
+
+@scenario("endpoint gone after rendering", REASON_ENDPOINT_NOT_FOUND, REASON_ENDPOINT_DETACHED)
+def _detached() -> tuple[Observed, PassContext | None]:
+    return dataclasses.replace(attached(), endpoint=None), None
+
+
+@scenario("Service refused by a webhook", REASON_RESOLVED, REASON_RENDER_FAILED)
+def _refused() -> tuple[Observed, PassContext | None]:
+    observed = observe()
+    desired = reconcile(observed).service
+    assert desired is not None
+    refusal = refusal_of(ServiceAction.CREATE, desired, 400, "admission webhook denied the request", T0)
+    return observed, PassContext(now=T0, refusal=refusal)
+
+
+@scenario("VM Service with no ready backend in its Endpoints", REASON_RESOLVED, REASON_NO_READY_BACKEND)
+def _no_ready() -> tuple[Observed, PassContext | None]:
+    observed = attached(vm_observe())
+    name = observed.services[0]["metadata"]["name"]
+    return dataclasses.replace(observed, rendered_endpoints=make_endpoints(name, backends=())), None
+
+
+@scenario("address not announced in time", REASON_RESOLVED, REASON_ADDRESS_NOT_ANNOUNCED)
+def _unannounced() -> tuple[Observed, PassContext | None]:
+    return attached(ingress=()), PassContext(now=NOW_LATE)
+
+
+@pytest.mark.parametrize(("build", "resolved", "provisioned"), SCENARIOS.values(), ids=SCENARIOS.keys())
+def test_each_scenario_reports_its_reasons(build: Any, resolved: str, provisioned: str) -> None:
+    observed, context = build()
+    plan = reconcile(observed, context)
+    assert [c.type for c in plan.conditions] == [RESOLVED, PROVISIONED]
+    assert condition(plan, RESOLVED) == (TRUE if resolved == REASON_RESOLVED else FALSE, resolved)
+    assert condition(plan, PROVISIONED) == (TRUE if provisioned == REASON_PROVISIONED else FALSE, provisioned)
+    assert all(c.message for c in plan.conditions)
+
+
+def test_every_reason_of_reasons_py_is_reached_by_a_scenario() -> None:
+    reached = {reason for _, *reasons in SCENARIOS.values() for reason in reasons}
+    assert (RESOLVED_REASONS | PROVISIONED_REASONS) - reached == set()
+
+
+# --- the claim: minted only once Resolved, referenced never written --------------------------------
 
 
 @pytest.mark.parametrize(
     "changes",
     [
+        pytest.param({"helmrelease": None}, id="no application"),
+        pytest.param({"helmrelease": make_helmrelease(uid="hr-uid-2")}, id="leftover of a recreated app"),
         pytest.param({"endpoint": None}, id="endpoint missing"),
-        pytest.param({"helmrelease": make_helmrelease(uid="hr-2")}, id="leftover of a recreated app"),
+        pytest.param({"endpoint": make_service(labels=OTHER_APP)}, id="endpoint of another app"),
     ],
 )
-def test_nothing_is_minted_before_the_endpoint_resolves(changes: dict[str, Any]) -> None:
-    plan = reconcile(observe(held_address=None, **changes))
-    assert condition(plan, COND_ADDRESS_BOUND) == (UNKNOWN, REASON_ENDPOINT_UNRESOLVED)
-    assert plan.mint is None
+def test_nothing_is_minted_before_resolved(changes: dict[str, Any]) -> None:
+    plan = reconcile(observe(claim=None, addresses=[], **changes))
+    assert condition(plan, RESOLVED)[0] == FALSE
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_UNRESOLVED)
+    assert (plan.mint, plan.service_action) == (None, ServiceAction.NONE)
 
 
 @pytest.mark.parametrize(
-    ("changes", "reason"),
+    ("attachment", "claim_spec"),
     [
-        pytest.param({"address_class": None}, REASON_CLASS_NOT_FOUND, id="no class"),
-        pytest.param({"address_class": make_class("other")}, REASON_CLASS_NOT_FOUND, id="another class"),
+        pytest.param(make_attachment(class_name="public"), {"className": "public"}, id="className"),
+        pytest.param(make_attachment(), {}, id="default class"),
         pytest.param(
-            {"address_class": make_class(cidrs=["203.0.113.1/24"])}, REASON_CLASS_INVALID, id="bad cidr"
-        ),
-        pytest.param(
-            {"address_class": make_class(cidrs=["203.0.113.0/24", "2001:db8::/64"])},
-            REASON_CLASS_INVALID,
-            id="mixed",
-        ),
-        pytest.param(
-            {"address_class": make_class(provider="F5")}, REASON_CLASS_INVALID, id="unknown provider"
-        ),
-        pytest.param(
-            {"address_class": make_class(allowed_namespaces={"matchLabels": {"tier": "gold"}})},
-            REASON_NAMESPACE_NOT_ALLOWED,
-            id="namespace not allowed",
-        ),
-        pytest.param(
-            {"attachment": make_attachment(class_name=None)},
-            REASON_CLASS_NOT_FOUND,
-            id="neither class nor claim",
+            make_attachment(class_name="public", family="Dual"),
+            {"className": "public", "family": "Dual"},
+            id="Dual",
         ),
     ],
 )
-def test_address_failures_are_dark(changes: dict[str, Any], reason: str) -> None:
-    ours = published(reconcile(observe()))
-    plan = reconcile(observe(service=ours, **changes))
-    assert condition(plan, COND_ADDRESS_BOUND) == (FALSE, reason)
-    assert condition(plan, COND_READY) == (FALSE, reason)
+def test_resolved_with_no_claim_mints_one_and_renders_nothing(
+    attachment: dict[str, Any], claim_spec: dict[str, Any]
+) -> None:
+    plan = reconcile(observe(attachment=attachment, claim=None, addresses=[]))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert plan.mint == render_claim(attachment, spec_of(attachment))
+    assert plan.mint is not None
+    assert plan.mint["spec"] == claim_spec
+    assert plan.mint["metadata"]["ownerReferences"] == controlled_by(attachment)
+    assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
+    assert plan.status["claimName"] is None, "no claim name before the claim exists"
+
+
+def test_a_minted_claim_is_not_minted_again() -> None:
+    assert reconcile(observe()).mint is None
+
+
+@pytest.mark.parametrize(
+    "claim",
+    [
+        pytest.param(make_claim(phase="Pending", addresses=()), id="Pending"),
+        pytest.param(make_claim(phase=None, addresses=()), id="not yet reconciled"),
+        pytest.param(make_claim(phase="Lost", addresses=()), id="Lost"),
+        pytest.param(make_claim(phase="Bound", addresses=()), id="Bound without addresses"),
+    ],
+)
+def test_no_service_before_the_claim_is_bound(claim: dict[str, Any]) -> None:
+    plan = reconcile(observe(claim=claim))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert (plan.service_action, plan.service, plan.mint) == (ServiceAction.NONE, None, None)
+    assert plan.status["addresses"] is None
+
+
+def test_a_pending_claim_says_the_substrate_s_words() -> None:
+    said = {
+        "type": "Bound",
+        "status": "False",
+        "reason": "WaitingForProvisioning",
+        "message": "class public is exhausted",
+    }
+    plan = reconcile(observe(claim=make_claim(phase="Pending", addresses=(), conditions=[said])))
+    assert "class public is exhausted" in message(plan)
+    assert CLAIM in message(plan)
+
+
+def test_a_claim_that_stops_being_bound_withdraws_the_service() -> None:
+    live = attached()
+    plan = reconcile(dataclasses.replace(live, claim=make_claim(phase="Lost", addresses=())))
     assert plan.service_action is ServiceAction.DELETE
-    assert plan.mint is None
+    assert plan.service is live.services[0]
 
 
-@pytest.mark.parametrize(
-    ("selector", "labels", "expected"),
-    [
-        pytest.param({}, {}, True, id="empty matches all"),
-        pytest.param({"matchLabels": {}}, {"a": "b"}, True, id="empty matchLabels"),
-        pytest.param({"matchLabels": {"tier": "gold"}}, {"tier": "gold"}, True, id="matchLabels"),
-        pytest.param({"matchLabels": {"tier": "gold"}}, {"tier": "silver"}, False, id="matchLabels miss"),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "In", "values": ["a", "b"]}]},
-            {"t": "b"},
-            True,
-            id="In",
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "In", "values": ["a"]}]}, {}, False, id="In absent"
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["a"]}]},
-            {},
-            True,
-            id="NotIn absent",
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "NotIn", "values": ["a"]}]},
-            {"t": "a"},
-            False,
-            id="NotIn",
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "Exists"}]}, {"t": ""}, True, id="Exists"
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "DoesNotExist"}]},
-            {"t": ""},
-            False,
-            id="DoesNotExist",
-        ),
-        pytest.param(
-            {"matchExpressions": [{"key": "t", "operator": "Gt", "values": ["1"]}]},
-            {"t": "2"},
-            False,
-            id="unknown op",
-        ),
-    ],
-)
-def test_selector_matches(selector: dict[str, Any], labels: dict[str, str], expected: bool) -> None:
-    assert selector_matches(selector, labels) is expected
-
-
-def test_allowed_namespace_admits() -> None:
-    address_class = make_class(allowed_namespaces={"matchLabels": {"tier": "gold"}})
-    plan = reconcile(
-        observe(address_class=address_class, namespace_labels=make_namespace_labels(tier="gold"))
+@pytest.mark.parametrize("build", [b for b, *_ in SCENARIOS.values()], ids=list(SCENARIOS))
+def test_a_referenced_claim_is_never_minted_nor_deleted(build: Any) -> None:
+    observed, context = build()
+    referenced = make_attachment(claim_name="held-ip")
+    observed = dataclasses.replace(
+        observed, attachment=referenced, claim=observed.claim and make_claim("held-ip"), surplus_claims=()
     )
-    assert condition(plan, COND_ADDRESS_BOUND) == (TRUE, REASON_MINTED)
+    plan = reconcile(observed, context)
+    assert (plan.mint, plan.delete_claims) == (None, ())
+    assert plan.status["claimName"] == "held-ip"
 
 
-# --- claims ----------------------------------------------------------------------------------------
-
-
-def claim_observe(claim: dict[str, Any] | None, **changes: Any) -> Observed:
-    return observe(attachment=make_attachment(claim_name="my-ip"), claim=claim, held_address=None, **changes)
+def test_the_service_names_the_referenced_claim() -> None:
+    plan = reconcile(observe(attachment=make_attachment(claim_name="held-ip"), claim=make_claim("held-ip")))
+    assert plan.service is not None
+    assert plan.service["metadata"]["annotations"][CLAIM_ANNOTATION] == "held-ip"
 
 
 @pytest.mark.parametrize(
-    ("claim", "status", "reason"),
+    "claim",
     [
-        pytest.param(None, FALSE, REASON_CLAIM_NOT_FOUND, id="missing"),
-        pytest.param(make_claim(namespace="tenant-b"), FALSE, REASON_CLAIM_NOT_FOUND, id="other namespace"),
-        pytest.param(make_claim(deleting=True), FALSE, REASON_CLAIM_NOT_FOUND, id="being deleted"),
-        pytest.param(
-            make_claim(user=("other", "uid-other")), FALSE, REASON_CLAIM_IN_USE, id="used by another"
-        ),
-        pytest.param(make_claim(phase="Pending"), FALSE, REASON_CLAIM_NOT_BOUND, id="pending"),
-        pytest.param(make_claim(phase="Lost"), FALSE, REASON_CLAIM_NOT_BOUND, id="lost"),
-        pytest.param(
-            make_claim(class_name="gone"), FALSE, REASON_CLASS_NOT_FOUND, id="claim's class missing"
-        ),
-        pytest.param(make_claim(), UNKNOWN, REASON_BINDING, id="free: bind first"),
-        pytest.param(make_claim(user=("db-public", ATTACHMENT_UID)), TRUE, REASON_CLAIM_BOUND, id="ours"),
-        pytest.param(
-            make_claim(user=("db-public", ATTACHMENT_UID), deleting=True),
-            TRUE,
-            REASON_CLAIM_BOUND,
-            id="ours while deleting",
-        ),
+        pytest.param(None, id="missing"),
+        pytest.param(make_claim("held-ip", deleting=True), id="being deleted"),
     ],
 )
-def test_claim(claim: dict[str, Any] | None, status: str, reason: str) -> None:
-    plan = reconcile(claim_observe(claim))
-    assert condition(plan, COND_ADDRESS_BOUND) == (status, reason)
-    assert plan.mint is None
-    assert (plan.bind_claim is not None) is (reason == REASON_BINDING)
-    assert (plan.service is not None) is (status == TRUE)
-    if status != TRUE:
-        assert plan.status["address"] is None
+def test_claim_not_found(claim: dict[str, Any] | None) -> None:
+    plan = reconcile(observe(attachment=make_attachment(claim_name="held-ip"), claim=claim))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_NOT_FOUND)
+    assert "held-ip" in message(plan)
+    assert (plan.mint, plan.service_action) == (None, ServiceAction.NONE)
 
 
-def test_claim_use_record() -> None:
-    plan = reconcile(claim_observe(make_claim()))
-    assert plan.bind_claim is not None
-    assert plan.bind_claim.claim_name == "my-ip"
-    assert plan.bind_claim.attachment == {"name": "db-public", "uid": ATTACHMENT_UID}
-
-
-def test_claim_is_not_bound_before_the_endpoint_resolves() -> None:
-    plan = reconcile(claim_observe(make_claim(), endpoint=None))
-    assert condition(plan, COND_ADDRESS_BOUND) == (UNKNOWN, REASON_ENDPOINT_UNRESOLVED)
-    assert plan.bind_claim is None
-
-
-def test_claim_address_uses_the_claims_class_provider() -> None:
-    cilium = make_class("cilium-v4", provider="CiliumLBIPAM")
+@pytest.mark.parametrize(
+    ("asked", "claim_family", "conflict"),
+    [
+        ("IPv6", None, True),  # the claim's family defaults to IPv4
+        ("IPv4", None, False),
+        ("Dual", "IPv4", True),
+        ("Dual", "Dual", False),
+        (None, "IPv6", False),  # not asked: whatever the claim is
+    ],
+)
+def test_family_conflict_with_a_referenced_claim(
+    asked: str | None, claim_family: str | None, conflict: bool
+) -> None:
+    addresses = (
+        (ADDRESS, ADDRESS_V6)
+        if claim_family == "Dual"
+        else (ADDRESS_V6,)
+        if claim_family == "IPv6"
+        else (ADDRESS,)
+    )
     plan = reconcile(
-        claim_observe(
-            make_claim(class_name="cilium-v4", user=("db-public", ATTACHMENT_UID)), address_class=cilium
+        observe(
+            attachment=make_attachment(claim_name="held-ip", family=asked),
+            claim=make_claim("held-ip", family=claim_family, addresses=addresses),
         )
     )
-    assert plan.service is not None
-    assert plan.service["metadata"]["annotations"] == {"lbipam.cilium.io/ips": "203.0.113.20"}
-    assert plan.status["address"] == "203.0.113.20"
+    assert (condition(plan, PROVISIONED) == (FALSE, REASON_FAMILY_CONFLICT)) is conflict
 
 
-# --- the rendered Service and identity -------------------------------------------------------------
+def test_substrate_absent_is_claim_pending_saying_so_and_mints_nothing() -> None:
+    plan = reconcile(observe(substrate=False, claim=None, surplus_claims=[make_claim("extra")]))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert "not installed" in message(plan)
+    assert (plan.mint, plan.delete_claims) == (None, ())
 
 
-def test_create_then_pending_then_published() -> None:
-    first = reconcile(observe())
-    assert first.service_action is ServiceAction.CREATE
-    assert condition(first, COND_READY) == (FALSE, REASON_ADDRESS_PENDING)
-    assert first.status["serviceName"] == "ea-db-public"
-    assert first.status["address"] == ADDRESS
+# --- ClaimInUse -------------------------------------------------------------------------------------
 
-    pending = reconcile(observe(service=published(first, ingress=None)))
-    assert pending.service_action is ServiceAction.NONE
-    assert condition(pending, COND_READY) == (FALSE, REASON_ADDRESS_PENDING)
-
-    other_ip = reconcile(observe(service=published(first, ingress="198.51.100.1")))
-    assert condition(other_ip, COND_READY) == (FALSE, REASON_ADDRESS_PENDING)
-
-    done = reconcile(observe(service=published(first)))
-    assert done.service_action is ServiceAction.NONE
-    assert condition(done, COND_READY) == (TRUE, REASON_PUBLISHED)
-    assert done.ready
-
-
-def test_second_pass_writes_nothing() -> None:
-    first = reconcile(observe())
-    service = published(first)
-    attachment = make_attachment()
-    attachment["status"] = jsonpatch.apply_patch({}, first.status_patch(None, NOW))["status"]
-    second = reconcile(observe(attachment=attachment, service=service))
-    attachment = jsonpatch.apply_patch(attachment, second.status_patch(attachment["status"], NOW))
-    third = reconcile(observe(attachment=attachment, service=service))
-    assert third.status_patch(attachment["status"], "2030-01-01T00:00:00Z") == []
-    assert third.service_action is ServiceAction.NONE
-    assert (third.mint, third.bind_claim, third.owner_reference) == (None, None, None)
-
-
-def test_endpoint_changes_are_mirrored() -> None:
-    service = published(reconcile(observe()))
-    endpoint = make_service(selector={"app": "db", "role": "replica"}, ports=[{"name": "pg", "port": 6432}])
-    plan = reconcile(observe(endpoint=endpoint, service=service))
-    assert plan.service_action is ServiceAction.PATCH
-    assert plan.service_patch == {
-        "spec": {
-            "ports": [{"name": "pg", "protocol": "TCP", "port": 6432, "targetPort": 6432}],
-            "selector": {"role": "replica"},
-        }
-    }
-
-
-def test_load_balancer_class_change_recreates() -> None:
-    service = published(reconcile(observe()))
-    plan = reconcile(observe(service=service, address_class=make_class(load_balancer_class="lb")))
-    assert plan.service_action is ServiceAction.RECREATE
-    assert condition(plan, COND_READY) == (FALSE, REASON_ADDRESS_PENDING)
+LEGACY = make_service("legacy-lb", annotations={CLAIM_ANNOTATION: CLAIM}, type_="LoadBalancer")
 
 
 @pytest.mark.parametrize(
-    "service",
+    ("addresses", "users", "ours", "in_use"),
     [
         pytest.param(
-            make_service("ea-db-public", labels={"local.sdn.cozystack.io/endpoint-attachment": "db-public"}),
-            id="our label without reference",
+            [make_ip_address(associated_to=(NAMESPACE, "legacy-lb"))],
+            [LEGACY],
+            False,
+            True,
+            id="associatedTo another",
         ),
         pytest.param(
-            make_service(
-                "ea-db-public",
-                labels={},
-                owner_references=[
-                    {
-                        "apiVersion": "local.sdn.cozystack.io/v1alpha1",
-                        "kind": "EndpointAttachment",
-                        "name": "db-public",
-                        "uid": "previous-incarnation",
-                        "controller": True,
-                    }
-                ],
-            ),
-            id="a recreated attachment does not adopt the old Service",
+            [make_ip_address(associated_to=(NAMESPACE, "legacy-lb"))],
+            [LEGACY],
+            True,
+            True,
+            id="associatedTo another, ours live",
         ),
-        pytest.param(make_service("ea-db-public", labels={}), id="our name only"),
+        pytest.param([make_ip_address()], [LEGACY], False, True, id="another Service names the claim"),
+        pytest.param([make_ip_address()], [LEGACY], True, False, id="another names it, ours holds it"),
+        pytest.param(
+            [make_ip_address(associated_to=(NAMESPACE, "legacy-lb"))],
+            [],
+            False,
+            False,
+            id="associatedTo a Service gone",
+        ),
+        pytest.param(
+            [make_ip_address(associated_to=(NAMESPACE, "legacy-lb"))],
+            [make_service("legacy-lb", annotations={CLAIM_ANNOTATION: CLAIM}, deleting=True)],
+            False,
+            False,
+            id="associatedTo a Service being deleted",
+        ),
+        pytest.param(
+            [make_ip_address(associated_to=("tenant-b", "legacy-lb"))],
+            [],
+            False,
+            False,
+            id="another namespace",
+        ),
     ],
 )
-def test_service_not_ours_is_never_touched(service: dict[str, Any]) -> None:
-    plan = reconcile(observe(service=service))
+def test_claim_in_use(
+    addresses: list[dict[str, Any]], users: list[dict[str, Any]], ours: bool, in_use: bool
+) -> None:
+    base = attached() if ours else observe()
+    plan = reconcile(dataclasses.replace(base, addresses=addresses, claim_users=users))
+    assert (condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_IN_USE)) is in_use
+    if in_use:
+        assert f"{NAMESPACE}/legacy-lb" in message(plan)
+        assert plan.service_action is (ServiceAction.DELETE if ours else ServiceAction.NONE)
+        assert plan.mint is None
+
+
+# --- what is published ------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("endpoint", "attachment"),
+    [
+        pytest.param(make_service(selector={}), make_attachment(), id="no selector"),
+        pytest.param(make_service(type_="ExternalName"), make_attachment(), id="ExternalName"),
+        pytest.param(
+            vm_endpoint(),
+            make_attachment(endpoint="vm-vm1", app_kind="VMInstance", app_name="vm1"),
+            id="sentinel port only",
+        ),
+        pytest.param(make_service(ports=[]), make_attachment(), id="no port"),
+    ],
+)
+def test_nothing_to_publish_renders_nothing(endpoint: dict[str, Any], attachment: dict[str, Any]) -> None:
+    release = make_helmrelease(
+        labels=lineage_labels(
+            kind=spec_of(attachment).app_kind, name=spec_of(attachment).app_name, tenant_facing=False
+        )
+    )
+    plan = reconcile(observe(attachment=attachment, endpoint=endpoint, helmrelease=release))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_NOTHING_TO_PUBLISH)
+    assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
+
+
+def test_nothing_to_publish_withdraws_a_live_service() -> None:
+    plan = reconcile(dataclasses.replace(attached(), endpoint=make_service(selector={})))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_NOTHING_TO_PUBLISH)
+    assert plan.service_action is ServiceAction.DELETE
+
+
+TWO_PORTS = [
+    {"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432},
+    {"name": "metrics", "protocol": "TCP", "port": 9187, "targetPort": 9187},
+]
+
+
+@pytest.mark.parametrize(
+    ("ports", "published"),
+    [
+        pytest.param(None, [5432, 9187], id="every port"),
+        pytest.param([9187], [9187], id="a subset"),
+        pytest.param([8080], [8080], id="a port the endpoint lacks"),
+    ],
+)
+def test_the_ports_subset(ports: list[int] | None, published: list[int]) -> None:
+    plan = reconcile(observe(attachment=make_attachment(ports=ports), endpoint=make_service(ports=TWO_PORTS)))
+    assert plan.service is not None
+    assert [p["port"] for p in plan.service["spec"]["ports"]] == published
+
+
+def test_wholeip_publishes_the_sentinel_port() -> None:
+    plan = reconcile(vm_observe())
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
+    assert plan.service is not None
+    assert [p["port"] for p in plan.service["spec"]["ports"]] == [65535]
+    assert plan.service["metadata"]["labels"][ATTACHMENT_LABEL] == "vm1-public"
+
+
+# --- the VM datapath ---------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("settings", "claim", "said"),
+    [
+        pytest.param(RenderSettings(), make_claim(), "vm-datapath setting is off", id="setting off"),
+        pytest.param(COZY, make_claim(family="IPv6", addresses=(ADDRESS_V6,)), "IPv4 only", id="IPv6"),
+        pytest.param(
+            COZY, make_claim(family="Dual", addresses=(ADDRESS, ADDRESS_V6)), "IPv4 only", id="Dual"
+        ),
+    ],
+)
+def test_datapath_contract_unavailable(settings: RenderSettings, claim: dict[str, Any], said: str) -> None:
+    plan = reconcile(vm_observe(settings=settings, claim=claim))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_DATAPATH_CONTRACT_UNAVAILABLE)
+    assert said in message(plan)
+    assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
+
+
+@pytest.mark.parametrize(
+    ("rival", "winner"),
+    [
+        pytest.param(CHART_PROXY, f"Service {NAMESPACE}/vm1-chart", id="the chart's own Service"),
+        pytest.param(
+            ProxiedService(
+                NAMESPACE,
+                "",
+                "cozy-proxy",
+                frozenset({"pod-uid-1"}),
+                attachment=AttachmentRank("2023-01-01T00:00:00Z", "older", NAMESPACE, "ea-older"),
+            ),
+            f"EndpointAttachment {NAMESPACE}/older",
+            id="an older attachment not rendered",
+        ),
+        pytest.param(
+            ProxiedService(
+                NAMESPACE,
+                "older-abcde",
+                "cozy-proxy",
+                frozenset({"pod-uid-1"}),
+                attachment=AttachmentRank("2023-01-01T00:00:00Z", "older", NAMESPACE, "ea-older"),
+                uid="s-uid",
+            ),
+            f"Service {NAMESPACE}/older-abcde",
+            id="an older attachment's Service",
+        ),
+    ],
+)
+def test_backend_already_delegated_names_the_winner_and_renders_nothing(
+    rival: ProxiedService, winner: str
+) -> None:
+    plan = reconcile(vm_observe(rivals=[rival]))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
+    assert winner in message(plan)
+    assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
+
+
+def test_a_younger_rival_loses_to_us() -> None:
+    younger = ProxiedService(
+        NAMESPACE,
+        "",
+        "cozy-proxy",
+        frozenset({"pod-uid-1"}),
+        attachment=AttachmentRank("2025-01-01T00:00:00Z", "younger", NAMESPACE, "ea-younger"),
+    )
+    assert reconcile(vm_observe(rivals=[younger])).service_action is ServiceAction.CREATE
+
+
+def test_exclusivity_counts_selected_pods_that_are_not_ready() -> None:
+    rival = dataclasses.replace(CHART_PROXY, backends=frozenset({"pod-uid-9"}))
+    starting = make_pod("virt-launcher-vm1-x", uid="pod-uid-9", labels=VM_POD, phase="Pending")
+    plan = reconcile(vm_observe(rivals=[rival], endpoint_slices=[], pods=[starting]))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
+
+
+def test_a_loser_withdraws_its_live_service() -> None:
+    live = attached(vm_observe())
+    plan = reconcile(dataclasses.replace(live, rivals=[CHART_PROXY]))
+    assert plan.service_action is ServiceAction.DELETE
+
+
+def test_multiple_ready_backends_keep_the_address_dark() -> None:
+    live = attached(vm_observe())
+    backends = (("pod-uid-1", "10.244.0.10", True), ("pod-uid-2", "10.244.0.11", True))
+    plan = reconcile(
+        dataclasses.replace(live, endpoint_slices=[make_endpointslice("vm-vm1", backends=backends)])
+    )
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_MULTIPLE_BACKENDS)
+    assert plan.service_action is ServiceAction.DELETE
+    assert (plan.mint, plan.delete_claims) == (None, ())
+    assert (plan.status["claimName"], plan.status["addresses"]) == (CLAIM, [ADDRESS]), "the claim is kept"
+
+
+def test_multiple_backends_in_the_v1_endpoints_are_not_provisioned() -> None:
+    live = attached(vm_observe())
+    name = live.services[0]["metadata"]["name"]
+    two = make_endpoints(
+        name, backends=(("pod-uid-1", "10.244.0.10", True), ("pod-uid-2", "10.244.0.11", True))
+    )
+    plan = reconcile(dataclasses.replace(live, rendered_endpoints=two))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_MULTIPLE_BACKENDS)
+    assert plan.programmed is None
+
+
+def test_a_vm_with_no_ready_backend_still_renders() -> None:
+    not_ready = make_endpointslice("vm-vm1", backends=(("pod-uid-1", "10.244.0.10", False),))
+    plan = reconcile(vm_observe(endpoint_slices=[not_ready]))
+    assert plan.service_action is ServiceAction.CREATE, "rendered, so cozy-proxy programs the pod once ready"
+
+
+def test_provisioned_names_the_pod_and_touches_programmed_once() -> None:
+    live = attached(vm_observe())
+    plan = reconcile(live)
+    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert "pod pod-pod-uid-1 (10.244.0.10)" in message(plan)
+    assert plan.programmed == programmed_token(ADDRESS, "pod-uid-1")
+    again = reconcile(settle(live, plan))
+    assert again.programmed is None
+    assert condition(again, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+
+
+def test_programmed_is_touched_again_for_another_backend() -> None:
+    live = settle(attached(vm_observe()), reconcile(attached(vm_observe())))
+    name = live.services[0]["metadata"]["name"]
+    moved = dataclasses.replace(
+        live, rendered_endpoints=make_endpoints(name, backends=(("pod-uid-2", "10.244.0.11", True),))
+    )
+    assert reconcile(moved).programmed == programmed_token(ADDRESS, "pod-uid-2")
+
+
+def test_standard_mode_never_touches_programmed() -> None:
+    assert reconcile(attached()).programmed is None
+
+
+# --- waiting for the load balancer ------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("seconds", "reason", "recheck"),
+    [
+        (0, REASON_WAITING_FOR_ADDRESS, 60.0),
+        (59, REASON_WAITING_FOR_ADDRESS, 1.0),
+        (60, REASON_ADDRESS_NOT_ANNOUNCED, None),
+        (600, REASON_ADDRESS_NOT_ANNOUNCED, None),
+    ],
+)
+def test_waiting_for_address_then_address_not_announced(
+    seconds: int, reason: str, recheck: float | None
+) -> None:
+    plan = reconcile(attached(ingress=()), PassContext(now=T0 + timedelta(seconds=seconds)))
+    assert condition(plan, PROVISIONED) == (FALSE, reason)
+    assert plan.recheck_after == recheck
     assert plan.service_action is ServiceAction.NONE
-    assert plan.service_patch is None
-    assert condition(plan, COND_READY) == (FALSE, REASON_SERVICE_NAME_CONFLICT)
-    assert plan.status["serviceName"] is None
-    dark = reconcile(observe(service=service, endpoint=None))
-    assert dark.service_action is ServiceAction.NONE, "not deleted either"
+    if reason == REASON_ADDRESS_NOT_ANNOUNCED:
+        assert ADDRESS in message(plan)
+        assert CLAIM in message(plan)
 
 
-def test_our_service_being_deleted_is_waited_for() -> None:
-    service = published(reconcile(observe()))
-    service["metadata"]["deletionTimestamp"] = NOW
-    plan = reconcile(observe(service=service))
-    assert plan.service_action is ServiceAction.NONE
-    assert condition(plan, COND_READY) == (FALSE, REASON_ADDRESS_PENDING)
+def test_the_announce_wait_restarts_when_we_change_the_service() -> None:
+    plan = reconcile(
+        attached(ingress=()), PassContext(now=NOW_LATE, written_at=NOW_LATE - timedelta(seconds=5))
+    )
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
+    assert plan.recheck_after == 55.0
 
 
-def test_a_service_of_another_name_is_ignored() -> None:
-    plan = reconcile(observe(service=make_service("something-else", labels={})))
+def test_a_dual_claim_waits_for_both_addresses() -> None:
+    claim = make_claim(family="Dual", addresses=(ADDRESS_V6, ADDRESS))
+    dual = observe(attachment=make_attachment(family="Dual"), claim=claim)
+    half = attached(dual, ingress=(ADDRESS,))
+    assert condition(reconcile(half), PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
+    both = attached(dual, ingress=(ADDRESS, ADDRESS_V6))
+    plan = reconcile(both)
+    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert plan.status["addresses"] == [ADDRESS, ADDRESS_V6], "IPv4 first"
+
+
+# --- the API's refusals -----------------------------------------------------------------------------
+
+
+def _create_refused(status: int, said: str) -> tuple[Observed, Any]:
+    observed = observe()
+    desired = reconcile(observed).service
+    assert desired is not None
+    return observed, refusal_of(ServiceAction.CREATE, desired, status, said, T0)
+
+
+def test_a_refused_create_is_render_failed_and_not_sent_again() -> None:
+    observed, refusal = _create_refused(422, 'Service "db-public-" is invalid: spec.ports: Required value')
+    plan = reconcile(observed, PassContext(now=T0 + timedelta(hours=1), refusal=refusal))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+    assert "spec.ports: Required value" in message(plan)
+    assert (plan.service_action, plan.recheck_after) == (ServiceAction.NONE, None)
+
+
+def test_a_refusal_of_another_body_does_not_hold_back_the_new_one() -> None:
+    observed, refusal = _create_refused(400, "denied")
+    changed = dataclasses.replace(observed, endpoint=make_service(ports=TWO_PORTS))
+    plan = reconcile(changed, PassContext(now=T0, refusal=refusal))
     assert plan.service_action is ServiceAction.CREATE
 
 
-# --- VM modes --------------------------------------------------------------------------------------
+@pytest.mark.parametrize(("after", "retried"), [(10, False), (59, False), (61, True)])
+def test_a_quota_refusal_is_tried_again_after_quota_retry(after: int, retried: bool) -> None:
+    observed, refusal = _create_refused(403, 'services "db-public-x" is forbidden: exceeded quota: q')
+    assert refusal is not None
+    assert refusal.quota
+    plan = reconcile(observed, PassContext(now=T0 + timedelta(seconds=after), refusal=refusal))
+    if retried:
+        assert plan.service_action is ServiceAction.CREATE
+    else:
+        assert condition(plan, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+        assert plan.recheck_after == 60 - after
 
 
-def vm(mode: str = "WholeIP", **changes: Any) -> Observed:
-    """A VM-mode observation: the endpoint lists one SSH port, one ready backend pod."""
-    defaults: dict[str, Any] = {
-        "attachment": make_attachment(mode=mode),
-        "endpoint": make_service(ports=[{"port": 22}]),
-    }
-    return observe(**{**defaults, **changes})
+def test_a_refused_patch_is_render_failed() -> None:
+    live = attached()
+    changed = dataclasses.replace(live, endpoint=make_service(ports=TWO_PORTS))
+    plan = reconcile(changed)
+    assert plan.service_action is ServiceAction.PATCH
+    assert plan.service_patch is not None
+    refusal = refusal_of(ServiceAction.PATCH, plan.service_patch, 403, "denied by policy", T0)
+    again = reconcile(changed, PassContext(now=T0, refusal=refusal))
+    assert condition(again, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+    assert again.service_action is ServiceAction.NONE
+    assert again.status["serviceName"] == live.services[0]["metadata"]["name"]
+
+
+def test_a_load_balancer_class_mismatch_on_a_live_service_is_render_failed() -> None:
+    live = attached()
+    plan = reconcile(dataclasses.replace(live, claim_class=make_class(load_balancer_class="metallb")))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+    assert "recreate the attachment" in message(plan)
+    assert plan.service_action is ServiceAction.NONE, "recreating it here would drop the address"
+    assert plan.status["serviceName"] == live.services[0]["metadata"]["name"]
+
+
+def test_the_class_s_load_balancer_class_is_rendered_before_the_service_exists() -> None:
+    plan = reconcile(observe(claim_class=make_class(load_balancer_class="metallb")))
+    assert plan.service is not None
+    assert plan.service["spec"]["loadBalancerClass"] == "metallb"
+
+
+# --- detach, incarnation, stamps ---------------------------------------------------------------------
+
+
+def test_endpoint_detached_withdraws_the_service_and_keeps_the_claim() -> None:
+    live = attached()
+    plan = reconcile(dataclasses.replace(live, endpoint=None))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_ENDPOINT_DETACHED)
+    assert plan.status["phase"] == PHASE_DETACHED
+    assert plan.service_action is ServiceAction.DELETE
+    assert plan.service is live.services[0]
+    assert (plan.mint, plan.delete_claims) == (None, ())
+    assert (plan.status["claimName"], plan.status["addresses"], plan.status["serviceName"]) == (
+        CLAIM,
+        [ADDRESS],
+        None,
+    )
+
+
+def test_reattach_renders_again_with_the_same_claim() -> None:
+    plan = reconcile(observe())  # the endpoint is back; the Service was withdrawn, the claim kept
+    assert plan.service_action is ServiceAction.CREATE
+    assert plan.service is not None
+    assert plan.service["metadata"]["annotations"][CLAIM_ANNOTATION] == CLAIM
+
+
+def test_application_incarnation_changed_withdraws() -> None:
+    live = attached()
+    plan = reconcile(dataclasses.replace(live, helmrelease=make_helmrelease(uid="hr-uid-2")))
+    assert condition(plan, RESOLVED) == (FALSE, REASON_APPLICATION_INCARNATION_CHANGED)
+    assert plan.service_action is ServiceAction.DELETE
+    assert (plan.owner_reference, dict(plan.labels)) == (None, {}), "the new incarnation is never stamped"
+    assert plan.status["phase"] == PHASE_PENDING
+
+
+def test_owner_reference_and_lineage_labels_are_stamped_once() -> None:
+    fresh = observe(attachment=make_attachment(owner_uid=None))
+    plan = reconcile(fresh)
+    assert plan.owner_reference == helmrelease_owner()
+    assert dict(plan.labels) == application_labels()
+    again = reconcile(settle(fresh, plan))
+    assert (again.owner_reference, dict(again.labels)) == (None, {})
+
+
+def test_a_listed_helmrelease_without_apiversion_is_stamped_with_its_kind() -> None:
+    listed = make_helmrelease()
+    del listed["apiVersion"], listed["kind"]
+    plan = reconcile(observe(attachment=make_attachment(owner_uid=None), helmrelease=listed))
+    assert plan.owner_reference == helmrelease_owner()
+
+
+def test_lost_lineage_labels_are_stamped_again_without_a_second_reference() -> None:
+    plan = reconcile(observe(attachment=make_attachment(stamped=False)))
+    assert plan.owner_reference is None
+    assert dict(plan.labels) == application_labels()
+
+
+# --- status -----------------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("observed", "status", "reason"),
+    ("build", "phase", "service_name", "claim_name", "addresses"),
     [
-        pytest.param(vm(), TRUE, REASON_ADMITTED, id="WholeIP admitted"),
-        pytest.param(vm("PortList"), TRUE, REASON_ADMITTED, id="PortList admitted"),
-        pytest.param(vm(service_proxies=[]), FALSE, REASON_PROXY_NOT_DECLARED, id="undeclared"),
+        pytest.param(lambda: attached(), PHASE_ATTACHED, True, CLAIM, [ADDRESS], id="attached"),
+        pytest.param(lambda: attached(ingress=()), PHASE_PENDING, True, CLAIM, [ADDRESS], id="waiting"),
+        pytest.param(lambda: observe(), PHASE_PENDING, False, CLAIM, [ADDRESS], id="creating"),
+        pytest.param(lambda: observe(claim=None), PHASE_PENDING, False, None, None, id="minting"),
         pytest.param(
-            vm(address_class=make_class(cidrs=["2001:db8::/120"]), held_address="2001:db8::5"),
-            FALSE,
-            REASON_ADDRESS_FAMILY_UNSUPPORTED,
-            id="IPv6",
+            lambda: observe(claim=make_claim(phase="Pending", addresses=())),
+            PHASE_PENDING,
+            False,
+            CLAIM,
+            None,
+            id="pending",
         ),
         pytest.param(
-            vm("PortList", endpoint=make_service(ports=[{"port": 22, "targetPort": 2222}])),
-            FALSE,
-            REASON_PORT_TRANSLATION_UNSUPPORTED,
-            id="translation",
+            lambda: dataclasses.replace(attached(), endpoint=None),
+            PHASE_DETACHED,
+            False,
+            CLAIM,
+            [ADDRESS],
+            id="detached",
         ),
         pytest.param(
-            vm(
-                endpoint_slices=[
-                    make_endpointslice(backends=[("p1", "10.0.0.1", True), ("p2", "10.0.0.2", True)])
-                ]
-            ),
-            FALSE,
-            REASON_MULTIPLE_BACKENDS,
-            id="WholeIP two backends",
-        ),
-        pytest.param(
-            vm(
-                endpoint_slices=[
-                    make_endpointslice(backends=[("p1", "10.0.0.1", True), ("p2", "10.0.0.2", False)])
-                ]
-            ),
-            TRUE,
-            REASON_ADMITTED,
-            id="WholeIP one ready of two",
-        ),
-        pytest.param(
-            vm(
-                endpoint_slices=[
-                    make_endpointslice(
-                        "someone-else", backends=[("p1", "1.1.1.1", True), ("p2", "2.2.2.2", True)]
-                    )
-                ]
-            ),
-            TRUE,
-            REASON_ADMITTED,
-            id="slices of other Services ignored",
-        ),
-        pytest.param(
-            vm(
-                proxied_services=[
-                    ProxiedService("tenant-a", "vm-proxy", "cozy-proxy", frozenset({"pod-uid-1"}))
-                ]
-            ),
-            FALSE,
-            REASON_EXCLUSIVITY_CONFLICT,
-            id="chart Service wins",
-        ),
-        pytest.param(
-            vm(
-                proxied_services=[
-                    ProxiedService(
-                        "tenant-a",
-                        "ea-old",
-                        "cozy-proxy",
-                        frozenset({"pod-uid-1"}),
-                        AttachmentRank("2023-01-01T00:00:00Z", "old", "tenant-a", "uid-old"),
-                    )
-                ]
-            ),
-            FALSE,
-            REASON_EXCLUSIVITY_CONFLICT,
-            id="older attachment wins",
-        ),
-        pytest.param(
-            vm(held_address=None, address_class=None), UNKNOWN, REASON_ADDRESS_UNBOUND, id="family unknown"
-        ),
-        pytest.param(vm(endpoint=None), UNKNOWN, REASON_ENDPOINT_UNRESOLVED, id="endpoint unknown"),
-        pytest.param(
-            observe(attachment=make_attachment(mode="Bogus")),
-            FALSE,
-            REASON_PROXY_NOT_DECLARED,
-            id="unknown mode",
+            lambda: observe(endpoint=None, claim=None), PHASE_PENDING, False, None, None, id="never resolved"
         ),
     ],
 )
-def test_datapath(observed: Observed, status: str, reason: str) -> None:
-    ours = published(reconcile(vm()))
-    plan = reconcile(dataclasses.replace(observed, service=ours))
-    assert condition(plan, COND_DATAPATH_ADMITTED) == (status, reason)
-    if status == TRUE:
-        assert plan.service is not None
-    else:
-        assert plan.service is None
-        assert plan.service_action is ServiceAction.DELETE, "dark means the Service is deleted"
-        assert condition(plan, COND_ADDRESS_BOUND)[0] != FALSE or reason == REASON_ADDRESS_UNBOUND
-
-
-def test_vm_service_carries_declared_proxy_name() -> None:
-    plan = reconcile(
-        vm(
-            "PortList",
-            service_proxies=[make_serviceproxy(proxy_name="cozy-proxy-east")],
-            attachment=make_attachment(mode="PortList", allow_icmp=False),
-        )
-    )
-    assert plan.service is not None
-    assert plan.service["metadata"]["labels"][SERVICE_PROXY_NAME_LABEL] == "cozy-proxy-east"
-    assert plan.service["metadata"]["annotations"]["networking.cozystack.io/allowICMP"] == "false"
-
-
-def test_whole_ip_goes_dark_with_two_backends_and_publishes_again_with_one() -> None:
-    two = [make_endpointslice(backends=[("p1", "10.0.0.1", True), ("p2", "10.0.0.2", True)])]
-    one = [make_endpointslice(backends=[("p1", "10.0.0.1", True), ("p2", "10.0.0.2", False)])]
-    ours = published(reconcile(vm()))
-    dark = reconcile(vm(service=ours, endpoint_slices=two))
-    assert dark.service_action is ServiceAction.DELETE
-    assert condition(dark, COND_ADDRESS_BOUND) == (TRUE, REASON_MINTED), "the address stays held"
-    back = reconcile(vm(service=None, endpoint_slices=one))
-    assert back.service_action is ServiceAction.CREATE
-
-
-def test_two_vm_attachments_on_one_pod_exactly_one_publishes() -> None:
-    older = make_attachment("a-old", uid="uid-a", created="2024-01-01T00:00:00Z", mode="WholeIP")
-    newer = make_attachment("b-new", uid="uid-b", created="2024-01-02T00:00:00Z", mode="WholeIP")
-    rank = {
-        "uid-a": AttachmentRank("2024-01-01T00:00:00Z", "a-old", "tenant-a", "uid-a"),
-        "uid-b": AttachmentRank("2024-01-02T00:00:00Z", "b-new", "tenant-a", "uid-b"),
+def test_status_fields(
+    build: Any, phase: str, service_name: bool, claim_name: str | None, addresses: list[str] | None
+) -> None:
+    observed = build()
+    plan = reconcile(observed)
+    expected_name = observed.services[0]["metadata"]["name"] if service_name else None
+    assert plan.status == {
+        "phase": phase,
+        "serviceName": expected_name,
+        "claimName": claim_name,
+        "addresses": addresses,
     }
-    both_rendered = [
-        ProxiedService("tenant-a", "ea-a-old", "cozy-proxy", frozenset({"pod-uid-1"}), rank["uid-a"]),
-        ProxiedService("tenant-a", "ea-b-new", "cozy-proxy", frozenset({"pod-uid-1"}), rank["uid-b"]),
-    ]
-    plans = [reconcile(vm(attachment=a, proxied_services=both_rendered)) for a in (older, newer)]
-    assert [p.service is not None for p in plans] == [True, False]
-    assert "tenant-a/ea-a-old" in next(
-        c.message for c in plans[1].conditions if c.type == COND_DATAPATH_ADMITTED
-    )
+    assert plan.generation == 1
 
 
-# --- deletion: hold and move -----------------------------------------------------------------------
+def test_status_observed_generation_follows_the_attachment() -> None:
+    plan = reconcile(observe(attachment=make_attachment(generation=7)))
+    assert plan.generation == 7
+    patch = plan.status_patch(None, CREATED)
+    assert {"op": "add", "path": "/status/observedGeneration", "value": 7} in patch
 
 
-def test_finalize_deletes_our_service_and_releases_the_minted_address_once_it_is_gone() -> None:
-    service = published(reconcile(observe()))
-    plan = reconcile(observe(attachment=make_attachment(deleting=True), service=service))
-    assert plan.finalizing
-    assert plan.service_action is ServiceAction.DELETE
-    assert plan.waits_for_service, "the address stays held while the Service still asks for it"
-    assert plan.release_allocation is None
-    assert plan.status_patch({}, NOW) == []
+# --- a second pass over an unchanged world plans nothing -------------------------------------------
 
-    # Held by a load balancer's finalizer: not deleted again, still waited for.
-    deleting = {**service, "metadata": {**service["metadata"], "deletionTimestamp": NOW}}
-    plan = reconcile(observe(attachment=make_attachment(deleting=True), service=deleting))
-    assert (plan.service_action, plan.waits_for_service) == (ServiceAction.NONE, True)
-    assert plan.release_allocation is None
+QUIET = {
+    "attached": lambda: (attached(), None),
+    "attached, VM": lambda: (attached(vm_observe()), None),
+    "attached, Dual": lambda: (
+        attached(
+            observe(
+                attachment=make_attachment(family="Dual"),
+                claim=make_claim(family="Dual", addresses=(ADDRESS, ADDRESS_V6)),
+            ),
+            ingress=(ADDRESS, ADDRESS_V6),
+        ),
+        None,
+    ),
+    "waiting": lambda: (attached(ingress=()), PassContext(now=T0)),
+    "not announced": lambda: (attached(ingress=()), PassContext(now=NOW_LATE)),
+    "nothing to publish": lambda: (observe(endpoint=make_service(selector={})), None),
+    "claim in use": _in_use,
+    "delegated": _delegated,
+    "detached": lambda: (dataclasses.replace(observe(), endpoint=None), None),
+    "refused": _refused,
+    "unresolved": lambda: (observe(helmrelease=None), None),
+}
 
-    # Gone: now the address goes.
-    plan = reconcile(observe(attachment=make_attachment(deleting=True), service=None))
-    assert (plan.service_action, plan.waits_for_service) == (ServiceAction.NONE, False)
-    assert plan.release_allocation == ADDRESS
-    assert plan.release_claim is None
+
+@pytest.mark.parametrize("build", QUIET.values(), ids=QUIET.keys())
+def test_a_second_pass_over_an_unchanged_world_plans_nothing(build: Any) -> None:
+    observed, context = build()
+    settled = settle(observed, reconcile(observed, context))
+    assert_quiet(reconcile(settled, context), settled)
 
 
-def test_finalize_leaves_a_foreign_service_alone() -> None:
+def test_the_driver_s_pin_never_makes_a_patch() -> None:
+    live = attached()
+    assert METALLB_IPS_ANNOTATION in live.services[0]["metadata"]["annotations"]
+    assert reconcile(live).service_patch is None
+
+
+def test_an_endpoint_change_is_mirrored_by_a_patch() -> None:
+    live = attached()
     plan = reconcile(
-        observe(attachment=make_attachment(deleting=True), service=make_service("ea-db-public", labels={}))
+        dataclasses.replace(live, endpoint=make_service(selector={"app": "db", "role": "replica"}))
     )
-    assert plan.service_action is ServiceAction.NONE
+    assert plan.service_action is ServiceAction.PATCH
+    assert plan.service_patch == {"spec": {"selector": {"role": "replica"}}}
+    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
 
 
-def test_hold_and_move_of_a_claimed_address() -> None:
-    claim = make_claim(user=("db-public", ATTACHMENT_UID))
-    a = make_attachment(claim_name="my-ip")
-    gone = reconcile(
-        observe(
-            attachment={**a, "metadata": {**a["metadata"], "deletionTimestamp": NOW}},
-            claim=claim,
-            held_address=None,
-        )
+# --- surplus and finalize ---------------------------------------------------------------------------
+
+
+def test_surplus_claims_and_services_of_ours_are_deleted() -> None:
+    live = attached()
+    second = as_stored(live.services[0], "db-public-zzzzz", created="2024-01-01T00:00:05Z")
+    extra = make_claim("db-public-zzzzz", owner=live.attachment)
+    plan = reconcile(dataclasses.replace(live, services=[*live.services, second], surplus_claims=[extra]))
+    assert plan.surplus_services == (second,)
+    assert plan.delete_claims == (extra,)
+    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED), "the oldest is kept"
+
+
+@pytest.mark.parametrize(
+    ("services", "action", "waits"),
+    [
+        pytest.param("live", ServiceAction.DELETE, True, id="our Service lives"),
+        pytest.param("deleting", ServiceAction.NONE, True, id="our Service is going"),
+        pytest.param("none", ServiceAction.NONE, False, id="gone"),
+    ],
+)
+def test_finalize_waits_for_our_services_and_never_touches_the_claim(
+    services: str, action: ServiceAction, waits: bool
+) -> None:
+    live = attached()
+    service = live.services[0]
+    if services == "deleting":
+        service = {**service, "metadata": {**service["metadata"], "deletionTimestamp": CREATED}}
+    deleting = dataclasses.replace(
+        live,
+        attachment=make_attachment(deleting=True),
+        services=[] if services == "none" else [service],
+        surplus_claims=[make_claim("extra")],
     )
-    assert gone.release_claim == "my-ip", "the use is released"
-    assert gone.release_allocation is None, "the address is not: the claim holds it"
-
-    # the glue clears the use; attachment B of another application binds the same address
-    released = make_claim()
-    other_app = make_helmrelease("vm-web", uid="hr-web", labels=None)
-    other_app["metadata"]["labels"]["apps.cozystack.io/application.name"] = "web"
-    endpoint = make_service("vm-web", labels=None)
-    endpoint["metadata"]["labels"]["apps.cozystack.io/application.name"] = "web"
-    b = make_attachment(
-        "web-public", uid="uid-web", endpoint="vm-web", claim_name="my-ip", owner_uid="hr-web"
-    )
-    observed = observe(
-        attachment=b, endpoint=endpoint, helmrelease=other_app, claim=released, held_address=None
-    )
-    binding = reconcile(observed)
-    assert binding.bind_claim is not None
-    bound = reconcile(dataclasses.replace(observed, claim=make_claim(user=("web-public", "uid-web"))))
-    assert bound.service is not None
-    assert bound.status["address"] == "203.0.113.20"
-    assert bound.service["metadata"]["annotations"]["metallb.io/loadBalancerIPs"] == "203.0.113.20"
+    plan = reconcile(deleting)
+    assert plan.finalizing
+    assert (plan.service_action, plan.waits_for_service) == (action, waits)
+    assert (plan.mint, plan.delete_claims) == (None, ())
+    assert plan.status_patch(None, CREATED) == []
 
 
-# --- no double mint, with a simulated glue ---------------------------------------------------------
+# --- bad input never raises -------------------------------------------------------------------------
+
+MALFORMED_SPECS: list[Any] = [
+    None,
+    "a string",
+    {},
+    {"applicationRef": "db", "endpoint": ["x"], "loadBalancer": 5},
+    {"applicationRef": {"kind": 3, "name": None}, "endpoint": {"serviceName": 7}},
+    {
+        "applicationRef": {"kind": "Postgres", "name": "db"},
+        "endpoint": {"serviceName": "postgres-db-rw"},
+        "loadBalancer": {"ports": "5432"},
+    },
+    {
+        "applicationRef": {"kind": "Postgres", "name": "db"},
+        "endpoint": {"serviceName": "postgres-db-rw"},
+        "loadBalancer": {"ports": [0, -1, 70000, "x", True, 5432, 5432]},
+    },
+    {
+        "applicationRef": {"kind": "Postgres", "name": "db"},
+        "endpoint": {"serviceName": "postgres-db-rw"},
+        "loadBalancer": {"method": "Bogus", "family": "IPv5", "allowICMP": "yes"},
+    },
+    {
+        "applicationRef": {"kind": "Postgres", "name": "db"},
+        "endpoint": {"serviceName": "postgres-db-rw"},
+        "loadBalancer": {"className": "a", "claimName": "b"},
+    },
+]
 
 
-def test_concurrent_minting_never_yields_a_duplicate() -> None:
-    """Twelve attachments mint from a /28 (14 addresses) on stale snapshots; the name lock settles it."""
-    small = make_class(cidrs=["203.0.113.0/28"])
-    attachments = [make_attachment(f"ea-{i}", uid=f"uid-{i}") for i in range(20)]
-    locks: dict[str, str] = {}  # allocation name -> holder uid: the API server's name uniqueness
-    rng = random.Random(7)
-    pending = list(attachments)
-    exhausted: list[str] = []
-    for _ in range(1000):
-        if not pending:
-            break
-        snapshot = frozenset(locks)  # every worker in this round sees the same, possibly stale, list
-        rng.shuffle(pending)
-        still = []
-        for attachment in pending:
-            uid = attachment["metadata"]["uid"]
-            held = next((name for name, holder in locks.items() if holder == uid), None)
-            plan = reconcile(
-                observe(
-                    attachment=attachment, address_class=small, held_address=held, taken_addresses=snapshot
-                )
-            )
-            if plan.mint is None:
-                status, reason = condition(plan, COND_ADDRESS_BOUND)
-                if reason == REASON_POOL_EXHAUSTED:
-                    exhausted.append(uid)
-                else:
-                    assert (status, reason) == (TRUE, REASON_MINTED)
-                continue
-            name = plan.mint.allocation["metadata"]["name"]
-            if name not in locks:  # create succeeded; a 409 leaves the attachment for the next round
-                locks[name] = uid
-            still.append(attachment)
-        pending = still
-    assert not pending
-    assert len(locks) == 14
-    assert len(set(locks.values())) == 14, "one address per holder"
-    assert len(exhausted) == 6
-    assert all(pool_of(small["spec"]).contains(parse_address(a)) for a in locks)
+@pytest.mark.parametrize("spec", MALFORMED_SPECS)
+@pytest.mark.parametrize("world", ["resolving", "attached", "nothing"])
+def test_a_malformed_spec_never_raises(spec: Any, world: str) -> None:
+    attachment = make_attachment()
+    attachment["spec"] = spec
+    base = {"resolving": observe(), "attached": attached(), "nothing": Observed(attachment=attachment)}[world]
+    plan = reconcile(dataclasses.replace(base, attachment=attachment), PassContext(now=T0))
+    assert [c.type for c in plan.conditions] == [RESOLVED, PROVISIONED]
 
 
-def test_resolved_reason_on_success() -> None:
-    assert condition(reconcile(observe()), COND_ENDPOINT_RESOLVED) == (TRUE, REASON_RESOLVED)
+def test_malformed_objects_around_never_raise() -> None:
+    weird_claim = {
+        "metadata": {"name": "x"},
+        "status": {"phase": "Bound", "addresses": ["203.0.113.1", {"address": None}]},
+    }
+    weird_endpoint = {
+        "metadata": {"name": "postgres-db-rw", "labels": lineage_labels()},
+        "spec": {"selector": "x", "ports": ["y"]},
+    }
+    for observed in (
+        observe(claim=weird_claim),
+        observe(endpoint=weird_endpoint),
+        observe(addresses=[{"status": {"associatedTo": "x"}}, {}]),
+        dataclasses.replace(attached(), rendered_endpoints={"subsets": [{"addresses": [{}]}]}),
+    ):
+        reconcile(observed, PassContext(now=T0))

@@ -1,4 +1,5 @@
-"""render: the rendered Service, its name, and the minimal patch that keeps it in step."""
+"""render: the minted claim, the rendered Service, its generateName, the published ports, and the
+minimal merge patch that keeps a live Service of ours in step."""
 
 from __future__ import annotations
 
@@ -7,146 +8,94 @@ import re
 from typing import Any
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from operators.endpointattachment.addresses import parse_address
-from operators.endpointattachment.constants import ATTACHMENT_LABEL, SERVICE_PROXY_NAME_LABEL
-from operators.endpointattachment.render import (
-    ClassSettings,
-    InvalidClassSettings,
-    attachment_label_value,
-    class_settings,
-    mirrored_ports,
-    needs_recreate,
-    render_service,
-    service_name,
-    service_needs_update,
-    service_patch,
+from operators.endpointattachment.api import (
+    ALLOW_ICMP_ANNOTATION,
+    ATTACHMENT_LABEL,
+    CLAIM_ANNOTATION,
+    METALLB_IPS_ANNOTATION,
+    SERVICE_PROXY_NAME_LABEL,
+    WHOLE_IP_ANNOTATION,
+    spec_of,
 )
-from tests.ea_builders import ATTACHMENT_UID, make_attachment, make_class, make_service
+from operators.endpointattachment.render import (
+    RenderSettings,
+    immutable_mismatch,
+    ip_families,
+    label_value,
+    method_annotations,
+    mirrored_port,
+    publish_ports,
+    render_claim,
+    render_service,
+    service_patch,
+    service_prefix,
+)
+from tests.ea_builders import (
+    ATTACHMENT_UID,
+    CLAIM,
+    NAMESPACE,
+    as_stored,
+    controlled_by,
+    lineage_labels,
+    make_attachment,
+)
 
 DNS_1035 = re.compile(r"^[a-z]([-a-z0-9]*[a-z0-9])?$")
-V4 = parse_address("203.0.113.10")
-V6 = parse_address("2001:db8::10")
+LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
+COZY = RenderSettings(proxy_name="cozy-proxy")
+SELECTOR = {"app": "db", "role": "primary"}
+POSTGRES = {"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432}
+SENTINEL = {"name": "sentinel", "protocol": "TCP", "port": 65535, "targetPort": 65535}
 
 
 def render(
-    *,
-    mode: str = "Standard",
-    settings: ClassSettings | None = None,
-    allow_icmp: bool = True,
-    proxy_name: str | None = None,
-    address: Any = V4,
-    endpoint: dict[str, Any] | None = None,
     attachment: dict[str, Any] | None = None,
+    *,
+    family: str = "IPv4",
+    ports: list[dict[str, Any]] | None = None,
+    load_balancer_class: str = "",
+    settings: RenderSettings | None = None,
 ) -> dict[str, Any]:
-    endpoint = endpoint or make_service()
+    attachment = attachment or make_attachment()
     return render_service(
-        attachment or make_attachment(),
-        selector=endpoint["spec"]["selector"],
-        ports=endpoint["spec"]["ports"],
-        address=address,
-        settings=settings or ClassSettings(),
-        mode=mode,
-        allow_icmp=allow_icmp,
-        proxy_name=proxy_name,
+        attachment,
+        spec_of(attachment),
+        claim_name=CLAIM,
+        family=family,
+        selector=SELECTOR,
+        ports=[POSTGRES] if ports is None else ports,
+        load_balancer_class=load_balancer_class,
+        settings=settings or RenderSettings(),
     )
 
 
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 JSON merge patch, as the API server applies it."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = copy.deepcopy(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge(result.get(key), value)
-    return result
-
-
-def as_stored(desired: dict[str, Any], ingress: str | None = "203.0.113.10") -> dict[str, Any]:
-    """``desired`` as the API server stores it: defaults, allocations and other writers' keys added."""
-    stored = copy.deepcopy(desired)
-    stored["metadata"].update(uid="svc-uid", resourceVersion="7", creationTimestamp="2024-01-01T00:00:00Z")
-    stored["metadata"]["labels"]["team"] = "someone-else"
-    stored["metadata"].setdefault("annotations", {})["kubectl.kubernetes.io/last-applied"] = "{}"
-    stored["spec"].update(
-        clusterIP="10.96.1.1",
-        clusterIPs=["10.96.1.1"],
-        sessionAffinity="None",
-        internalTrafficPolicy="Cluster",
-        healthCheckNodePort=31000,
-    )
-    for port in stored["spec"]["ports"]:
-        port["nodePort"] = 30001
-    stored["status"] = {"loadBalancer": {"ingress": [{"ip": ingress}] if ingress else []}}
-    return stored
-
-
-# --- names -----------------------------------------------------------------------------------------
+# --- the minted claim -------------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize(
-    ("name", "expected"),
+    ("attachment", "spec"),
     [
-        pytest.param("db-public", "ea-db-public", id="short name kept"),
-        pytest.param("a" * 60, "ea-" + "a" * 60, id="exactly 63"),
+        pytest.param(make_attachment(), {}, id="neither: the default class and family"),
+        pytest.param(make_attachment(class_name="public"), {"className": "public"}, id="className"),
+        pytest.param(make_attachment(family="Dual"), {"family": "Dual"}, id="family alone"),
+        pytest.param(
+            make_attachment(class_name="public", family="IPv6"),
+            {"className": "public", "family": "IPv6"},
+            id="both",
+        ),
     ],
 )
-def test_service_name_plain(name: str, expected: str) -> None:
-    assert service_name(name) == expected
-
-
-@pytest.mark.parametrize(
-    "name",
-    [
-        pytest.param("a" * 61, id="64 would be too long"),
-        pytest.param("a" * 253, id="longest object name"),
-        pytest.param("db.public", id="dot is not DNS-1035"),
-        pytest.param("x" * 70 + "-", id="cut at a dash"),
-        pytest.param("1" * 80, id="digits"),
-    ],
-)
-def test_service_name_cut_is_valid_and_hashed(name: str) -> None:
-    rendered = service_name(name)
-    assert len(rendered) <= 63
-    assert DNS_1035.match(rendered)
-    assert re.search(r"-[0-9a-f]{8}$", rendered)
-    assert service_name(name) == rendered
-
-
-@pytest.mark.parametrize(
-    ("a", "b"),
-    [
-        pytest.param("a" * 70 + "x", "a" * 70 + "y", id="differ past the cut"),
-        pytest.param("db.public", "db-public", id="dot versus dash"),
-    ],
-)
-def test_service_names_do_not_collide(a: str, b: str) -> None:
-    assert service_name(a) != service_name(b)
-
-
-@pytest.mark.parametrize("name", ["db-public", "a" * 63, "a" * 64, "a.b" * 40])
-def test_attachment_label_value_fits_a_label(name: str) -> None:
-    value = attachment_label_value(name)
-    assert len(value) <= 63
-    assert re.match(r"^[a-z0-9]([-a-z0-9_.]*[a-z0-9])?$", value)
-    assert (value == name) is (len(name) <= 63)
-
-
-# --- the Service -----------------------------------------------------------------------------------
-
-
-def test_standard_metallb_service_exactly() -> None:
-    assert render() == {
-        "apiVersion": "v1",
-        "kind": "Service",
+def test_the_minted_claim_exactly(attachment: dict[str, Any], spec: dict[str, Any]) -> None:
+    assert render_claim(attachment, spec_of(attachment)) == {
+        "apiVersion": "local.sdn.cozystack.io/v1alpha1",
+        "kind": "IPAddressClaim",
         "metadata": {
-            "name": "ea-db-public",
-            "namespace": "tenant-a",
+            "generateName": "db-public-",
+            "namespace": NAMESPACE,
             "labels": {ATTACHMENT_LABEL: "db-public"},
-            "annotations": {"metallb.io/loadBalancerIPs": "203.0.113.10"},
             "ownerReferences": [
                 {
                     "apiVersion": "local.sdn.cozystack.io/v1alpha1",
@@ -158,264 +107,341 @@ def test_standard_metallb_service_exactly() -> None:
                 }
             ],
         },
+        "spec": spec,
+    }
+
+
+# --- names ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("name", "prefix"),
+    [
+        ("db-public", "db-public-"),
+        ("1db", "ea-1db-"),
+        ("9", "ea-9-"),
+        ("db.public", "db-public-"),
+        ("a" * 100, "a" * 57 + "-"),
+        ("a" * 56 + "-b" + "c" * 10, "a" * 56 + "-"),  # the cut lands after a dash: no double dash
+        ("a.b" * 40, ("a-b" * 40)[:57].rstrip("-") + "-"),
+    ],
+)
+def test_service_prefix(name: str, prefix: str) -> None:
+    assert service_prefix(name) == prefix
+
+
+@given(st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,250}[a-z0-9])?", fullmatch=True))
+def test_every_attachment_name_gives_a_valid_service_name(name: str) -> None:
+    generated = service_prefix(name) + "x7ktq"  # the API server's 5 random characters
+    assert DNS_1035.match(generated), generated
+    assert len(generated) <= 63
+
+
+@given(st.from_regex(r"[a-z0-9]([-a-z0-9.]{0,250}[a-z0-9])?", fullmatch=True))
+def test_the_diagnostic_label_value_fits_a_label(name: str) -> None:
+    value = label_value(name)
+    assert LABEL_VALUE.match(value), value
+    assert len(value) <= 63
+    assert name.startswith(value)
+
+
+def test_the_service_and_the_claim_are_named_after_the_attachment() -> None:
+    attachment = make_attachment("1st.db")
+    assert render(attachment)["metadata"]["generateName"] == "ea-1st-db-"
+    assert render_claim(attachment, spec_of(attachment))["metadata"]["generateName"] == "1st.db-", (
+        "a claim's name is a DNS subdomain: the attachment's name is one"
+    )
+
+
+# --- ports ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("endpoint_ports", "ports", "method", "published"),
+    [
+        pytest.param([POSTGRES], None, None, [POSTGRES], id="mirrored"),
+        pytest.param([POSTGRES, SENTINEL], None, None, [POSTGRES], id="the sentinel is never mirrored"),
+        pytest.param([SENTINEL], None, None, [], id="the sentinel alone: nothing"),
+        pytest.param([SENTINEL], None, "WholeIP", [SENTINEL], id="the sentinel alone in WholeIP"),
+        pytest.param([SENTINEL], None, "PortList", [], id="the sentinel alone in PortList"),
+        pytest.param(
+            [POSTGRES, {"name": "m", "protocol": "TCP", "port": 9187, "targetPort": "metrics"}],
+            [9187],
+            None,
+            [{"name": "m", "protocol": "TCP", "port": 9187, "targetPort": "metrics"}],
+            id="a subset keeps the endpoint's port",
+        ),
+        pytest.param(
+            [SENTINEL],
+            [22, 80],
+            "PortList",
+            [
+                {"name": "port-22", "protocol": "TCP", "port": 22, "targetPort": 22},
+                {"name": "port-80", "protocol": "TCP", "port": 80, "targetPort": 80},
+            ],
+            id="ports the endpoint lacks: plain TCP",
+        ),
+        pytest.param(
+            [SENTINEL],
+            [65535],
+            None,
+            [{"name": "port-65535", "protocol": "TCP", "port": 65535, "targetPort": 65535}],
+            id="the sentinel named",
+        ),
+    ],
+)
+def test_publish_ports(
+    endpoint_ports: list[dict[str, Any]],
+    ports: list[int] | None,
+    method: str | None,
+    published: list[dict[str, Any]],
+) -> None:
+    spec = spec_of(make_attachment(ports=ports, method=method))
+    assert publish_ports(endpoint_ports, spec) == published
+
+
+@pytest.mark.parametrize(
+    ("port", "mirrored"),
+    [
+        ({"port": 80}, {"protocol": "TCP", "port": 80, "targetPort": 80}),
+        (
+            {
+                "name": "h",
+                "protocol": "UDP",
+                "port": 53,
+                "targetPort": 5353,
+                "nodePort": 31000,
+                "appProtocol": "dns",
+            },
+            {"name": "h", "protocol": "UDP", "port": 53, "targetPort": 5353, "appProtocol": "dns"},
+        ),
+        (
+            {"name": "", "port": 80, "targetPort": "http"},
+            {"protocol": "TCP", "port": 80, "targetPort": "http"},
+        ),
+    ],
+)
+def test_a_mirrored_port_never_carries_a_node_port_and_spells_out_defaults(
+    port: dict[str, Any], mirrored: dict[str, Any]
+) -> None:
+    assert mirrored_port(port) == mirrored
+
+
+# --- the Service ------------------------------------------------------------------------------------
+
+
+def test_the_standard_service_exactly() -> None:
+    assert render() == {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "generateName": "db-public-",
+            "namespace": NAMESPACE,
+            "labels": {ATTACHMENT_LABEL: "db-public"},
+            "annotations": {CLAIM_ANNOTATION: CLAIM},
+            "ownerReferences": controlled_by(make_attachment()),
+        },
         "spec": {
             "type": "LoadBalancer",
             "externalTrafficPolicy": "Local",
             "allocateLoadBalancerNodePorts": False,
             "ipFamilyPolicy": "SingleStack",
             "ipFamilies": ["IPv4"],
-            "selector": {"app": "db", "role": "primary"},
-            "ports": [{"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432}],
+            "selector": SELECTOR,
+            "ports": [POSTGRES],
         },
     }
 
 
 @pytest.mark.parametrize(
-    ("settings", "expected"),
+    ("family", "policy", "families"),
     [
-        pytest.param(ClassSettings("MetalLB"), {"metallb.io/loadBalancerIPs": "203.0.113.10"}, id="MetalLB"),
-        pytest.param(
-            ClassSettings("MetalLB", metallb_pool="public-v4"),
-            {"metallb.io/loadBalancerIPs": "203.0.113.10", "metallb.io/address-pool": "public-v4"},
-            id="MetalLB with pool",
-        ),
-        pytest.param(
-            ClassSettings("CiliumLBIPAM", metallb_pool="ignored"),
-            {"lbipam.cilium.io/ips": "203.0.113.10"},
-            id="Cilium ignores the MetalLB pool",
-        ),
+        ("IPv4", "SingleStack", ["IPv4"]),
+        ("IPv6", "SingleStack", ["IPv6"]),
+        ("Dual", "RequireDualStack", ["IPv4", "IPv6"]),
     ],
 )
-def test_provider_annotations(settings: ClassSettings, expected: dict[str, str]) -> None:
-    assert render(settings=settings)["metadata"]["annotations"] == expected
+def test_families(family: str, policy: str, families: list[str]) -> None:
+    assert ip_families(family) == families
+    spec = render(family=family)["spec"]
+    assert (spec["ipFamilyPolicy"], spec["ipFamilies"]) == (policy, families)
 
 
-@pytest.mark.parametrize(
-    ("mode", "allow_icmp", "expected"),
-    [
-        pytest.param("Standard", True, {}, id="Standard has none"),
-        pytest.param("Standard", False, {}, id="Standard ignores allowICMP"),
-        pytest.param("WholeIP", True, {"networking.cozystack.io/wholeIP": "true"}, id="WholeIP"),
-        pytest.param(
-            "PortList",
-            True,
-            {"networking.cozystack.io/wholeIP": "false", "networking.cozystack.io/allowICMP": "true"},
-            id="PortList ICMP",
-        ),
-        pytest.param(
-            "PortList",
-            False,
-            {"networking.cozystack.io/wholeIP": "false", "networking.cozystack.io/allowICMP": "false"},
-            id="PortList no ICMP",
-        ),
-    ],
-)
-def test_mode_annotations(mode: str, allow_icmp: bool, expected: dict[str, str]) -> None:
-    annotations = render(mode=mode, allow_icmp=allow_icmp, proxy_name="cozy-proxy")["metadata"]["annotations"]
-    assert {k: v for k, v in annotations.items() if k.startswith("networking.")} == expected
-
-
-@pytest.mark.parametrize(
-    ("mode", "proxy_name", "expected"),
-    [
-        pytest.param(
-            "Standard", "cozy-proxy", {ATTACHMENT_LABEL: "db-public"}, id="Standard: our label only"
-        ),
-        pytest.param(
-            "PortList",
-            "cozy-proxy",
-            {ATTACHMENT_LABEL: "db-public", SERVICE_PROXY_NAME_LABEL: "cozy-proxy"},
-            id="PortList",
-        ),
-        pytest.param(
-            "WholeIP",
-            "proxy-east",
-            {ATTACHMENT_LABEL: "db-public", SERVICE_PROXY_NAME_LABEL: "proxy-east"},
-            id="declared name, never a literal",
-        ),
-    ],
-)
-def test_labels(mode: str, proxy_name: str, expected: dict[str, str]) -> None:
-    assert render(mode=mode, proxy_name=proxy_name)["metadata"]["labels"] == expected
-
-
-def test_vm_mode_without_proxy_name_is_a_caller_bug() -> None:
-    with pytest.raises(ValueError, match="proxy"):
-        render(mode="WholeIP", proxy_name=None)
-
-
-def test_nothing_is_copied_from_endpoint_or_attachment() -> None:
-    endpoint = make_service(
-        annotations={"metallb.io/address-pool": "theirs", "networking.cozystack.io/wholeIP": "true"},
-        labels={
-            **make_service()["metadata"]["labels"],
-            SERVICE_PROXY_NAME_LABEL: "cozy-proxy",
-            "team": "db",
-        },
-    )
-    attachment = make_attachment()
-    attachment["metadata"]["labels"] = {"tenant-label": "x"}
-    attachment["metadata"]["annotations"] = {"tenant-annotation": "y"}
-    service = render(endpoint=endpoint, attachment=attachment)
-    assert service["metadata"]["labels"] == {ATTACHMENT_LABEL: "db-public"}
-    assert service["metadata"]["annotations"] == {"metallb.io/loadBalancerIPs": "203.0.113.10"}
-
-
-def test_ipv6_family_and_load_balancer_class() -> None:
-    service = render(address=V6, settings=ClassSettings(load_balancer_class="io.cilium/bgp"))
-    assert service["spec"]["ipFamilies"] == ["IPv6"]
-    assert service["spec"]["loadBalancerClass"] == "io.cilium/bgp"
+def test_load_balancer_class_and_node_ports_follow_the_class_and_the_setting() -> None:
+    spec = render(load_balancer_class="metallb", settings=RenderSettings(allocate_node_ports=True))["spec"]
+    assert (spec["loadBalancerClass"], spec["allocateLoadBalancerNodePorts"]) == ("metallb", True)
     assert "loadBalancerClass" not in render()["spec"]
 
 
 @pytest.mark.parametrize(
-    ("port", "expected"),
+    ("method", "settings", "proxy_label"),
     [
-        pytest.param(
-            {"name": "pg", "protocol": "TCP", "port": 5432, "targetPort": 5432, "nodePort": 30000},
-            {"name": "pg", "protocol": "TCP", "port": 5432, "targetPort": 5432},
-            id="nodePort dropped",
-        ),
-        pytest.param(
-            {"port": 53, "protocol": "UDP"}, {"protocol": "UDP", "port": 53, "targetPort": 53}, id="defaults"
-        ),
-        pytest.param(
-            {"name": "h", "port": 80, "targetPort": "http", "appProtocol": "http"},
-            {"name": "h", "protocol": "TCP", "port": 80, "targetPort": "http", "appProtocol": "http"},
-            id="named targetPort and appProtocol",
-        ),
+        (None, COZY, None),
+        ("WholeIP", COZY, "cozy-proxy"),
+        ("PortList", COZY, "cozy-proxy"),
+        ("WholeIP", RenderSettings(), None),
     ],
 )
-def test_mirrored_ports(port: dict[str, Any], expected: dict[str, Any]) -> None:
-    assert mirrored_ports([port]) == [expected]
-
-
-@pytest.mark.parametrize(
-    ("spec", "expected"),
-    [
-        pytest.param({}, ClassSettings("MetalLB", "", ""), id="defaults to MetalLB"),
-        pytest.param(
-            {"provider": "MetalLB", "metallbAddressPool": "p", "loadBalancerClass": "lb"},
-            ClassSettings("MetalLB", "p", "lb"),
-            id="all set",
-        ),
-        pytest.param({"provider": "CiliumLBIPAM"}, ClassSettings("CiliumLBIPAM"), id="cilium"),
-    ],
-)
-def test_class_settings(spec: dict[str, Any], expected: ClassSettings) -> None:
-    address_class = make_class(provider=None)
-    address_class["spec"].update(spec)
-    assert class_settings(address_class) == expected
-
-
-def test_unknown_provider() -> None:
-    with pytest.raises(InvalidClassSettings):
-        class_settings(make_class(provider="F5"))
-
-
-# --- updates ---------------------------------------------------------------------------------------
-
-
-@pytest.mark.parametrize("mode", ["Standard", "PortList", "WholeIP"])
-def test_stored_copy_needs_no_update(mode: str) -> None:
-    desired = render(mode=mode, proxy_name="cozy-proxy")
-    stored = as_stored(desired)
-    assert service_patch(stored, desired) is None
-    assert not service_needs_update(stored, desired)
-    assert not needs_recreate(stored, desired)
-
-
-@pytest.mark.parametrize(
-    ("change", "patch"),
-    [
-        pytest.param(
-            lambda s: s["spec"]["selector"].update(role="replica"),
-            {"spec": {"selector": {"role": "primary"}}},
-            id="selector value",
-        ),
-        pytest.param(
-            lambda s: s["spec"]["selector"].update(extra="x"),
-            {"spec": {"selector": {"extra": None}}},
-            id="selector key removed with null",
-        ),
-        pytest.param(
-            lambda s: s["spec"]["ports"][0].update(port=6543),
-            {"spec": {"ports": [{"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432}]}},
-            id="ports replaced whole",
-        ),
-        pytest.param(
-            lambda s: s["metadata"]["annotations"].update({"metallb.io/loadBalancerIPs": "203.0.113.99"}),
-            {"metadata": {"annotations": {"metallb.io/loadBalancerIPs": "203.0.113.10"}}},
-            id="our annotation restored",
-        ),
-        pytest.param(
-            lambda s: s["metadata"]["labels"].update({SERVICE_PROXY_NAME_LABEL: "cozy-proxy"}),
-            {"metadata": {"labels": {SERVICE_PROXY_NAME_LABEL: None}}},
-            id="proxy label removed when back to Standard",
-        ),
-        pytest.param(
-            lambda s: s["metadata"]["annotations"].update({"networking.cozystack.io/wholeIP": "true"}),
-            {"metadata": {"annotations": {"networking.cozystack.io/wholeIP": None}}},
-            id="stale mode annotation removed",
-        ),
-        pytest.param(
-            lambda s: s["spec"].update(externalTrafficPolicy="Cluster"),
-            {"spec": {"externalTrafficPolicy": "Local"}},
-            id="owned spec field",
-        ),
-        pytest.param(
-            lambda s: s["metadata"]["labels"].update(other="x"), None, id="foreign label left alone"
-        ),
-        pytest.param(
-            lambda s: s["spec"].update(sessionAffinity="ClientIP"), None, id="foreign spec field left alone"
-        ),
-    ],
-)
-def test_patch_touches_only_our_fields(change: Any, patch: dict[str, Any] | None) -> None:
-    desired = render()
-    stored = as_stored(desired)
-    change(stored)
-    assert service_patch(stored, desired) == patch
-    if patch is not None:
-        patched = merge(stored, patch)
-        assert service_patch(patched, desired) is None, "a second pass writes nothing"
-        assert patched["metadata"]["labels"]["team"] == "someone-else"
-
-
-def test_mode_switch_patch_converges() -> None:
-    stored = as_stored(render())
-    desired = render(mode="PortList", allow_icmp=False, proxy_name="cozy-proxy")
-    patch = service_patch(stored, desired)
-    assert patch is not None
-    patched = merge(stored, patch)
-    assert service_patch(patched, desired) is None
-    assert patched["metadata"]["labels"][SERVICE_PROXY_NAME_LABEL] == "cozy-proxy"
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        pytest.param(ClassSettings(), ClassSettings(load_balancer_class="lb"), True, id="class added"),
-        pytest.param(ClassSettings(load_balancer_class="lb"), ClassSettings(), True, id="class removed"),
-        pytest.param(
-            ClassSettings(load_balancer_class="a"),
-            ClassSettings(load_balancer_class="b"),
-            True,
-            id="class changed",
-        ),
-        pytest.param(
-            ClassSettings(load_balancer_class="a"),
-            ClassSettings(load_balancer_class="a"),
-            False,
-            id="same class",
-        ),
-    ],
-)
-def test_needs_recreate_on_load_balancer_class(
-    old: ClassSettings, new: ClassSettings, expected: bool
+def test_the_cozy_proxy_label_only_with_the_setting(
+    method: str | None, settings: RenderSettings, proxy_label: str | None
 ) -> None:
-    assert needs_recreate(as_stored(render(settings=old)), render(settings=new)) is expected
+    attachment = make_attachment(method=method, ports=[5432] if method == "PortList" else None)
+    labels = render(attachment, settings=settings)["metadata"]["labels"]
+    assert labels.get(SERVICE_PROXY_NAME_LABEL) == proxy_label
+    assert labels[ATTACHMENT_LABEL] == "db-public"
 
 
-def test_needs_recreate_on_family() -> None:
-    assert needs_recreate(as_stored(render(address=V4)), render(address=V6))
+@pytest.mark.parametrize(
+    ("method", "allow_icmp", "annotations"),
+    [
+        (None, None, {}),
+        ("WholeIP", None, {WHOLE_IP_ANNOTATION: "true"}),
+        ("PortList", None, {WHOLE_IP_ANNOTATION: "false", ALLOW_ICMP_ANNOTATION: "false"}),
+        ("PortList", True, {WHOLE_IP_ANNOTATION: "false", ALLOW_ICMP_ANNOTATION: "true"}),
+    ],
+)
+def test_method_annotations(method: str | None, allow_icmp: bool | None, annotations: dict[str, str]) -> None:
+    attachment = make_attachment(method=method, allow_icmp=allow_icmp)
+    assert method_annotations(spec_of(attachment)) == annotations
+    assert render(attachment, settings=COZY)["metadata"]["annotations"] == {
+        CLAIM_ANNOTATION: CLAIM,
+        **annotations,
+    }
+
+
+def test_nothing_is_copied_from_the_endpoint_or_the_attachment() -> None:
+    attachment = make_attachment()
+    attachment["metadata"]["labels"] = {**lineage_labels(), "team": "a"}
+    attachment["metadata"]["annotations"] = {"note": "x"}
+    service = render(attachment)
+    assert service["metadata"]["labels"] == {ATTACHMENT_LABEL: "db-public"}
+    assert service["metadata"]["annotations"] == {CLAIM_ANNOTATION: CLAIM}
+
+
+# --- the patch of a live Service ---------------------------------------------------------------------
+
+
+def live(**changes: Any) -> dict[str, Any]:
+    return as_stored(
+        render(**changes), ingress=("203.0.113.7",), annotations={METALLB_IPS_ANNOTATION: "203.0.113.7"}
+    )
+
+
+@pytest.mark.parametrize("method", [None, "WholeIP", "PortList"])
+def test_a_stored_copy_needs_no_patch(method: str | None) -> None:
+    attachment = make_attachment(method=method, ports=[5432] if method else None)
+    desired = render(attachment, settings=COZY)
+    stored = as_stored(desired, annotations={METALLB_IPS_ANNOTATION: "203.0.113.7"})
+    stored["metadata"]["labels"]["other.io/x"] = "theirs"
+    for port in stored["spec"]["ports"]:
+        port["nodePort"] = 31000  # the API server's, never ours
+    assert service_patch(stored, desired) is None
+
+
+def _with(service: dict[str, Any], path: tuple[str, ...], value: Any) -> dict[str, Any]:
+    changed = copy.deepcopy(service)
+    target = changed
+    for key in path[:-1]:
+        target = target.setdefault(key, {})
+    if value is None:
+        target.pop(path[-1], None)
+    else:
+        target[path[-1]] = value
+    return changed
+
+
+@pytest.mark.parametrize(
+    ("drift", "value", "patch"),
+    [
+        pytest.param(
+            ("metadata", "labels", ATTACHMENT_LABEL),
+            "x",
+            {"metadata": {"labels": {ATTACHMENT_LABEL: "db-public"}}},
+            id="our label",
+        ),
+        pytest.param(
+            ("metadata", "labels", SERVICE_PROXY_NAME_LABEL),
+            "cozy-proxy",
+            {"metadata": {"labels": {SERVICE_PROXY_NAME_LABEL: None}}},
+            id="a proxy label we no longer want",
+        ),
+        pytest.param(
+            ("metadata", "annotations", CLAIM_ANNOTATION),
+            "other",
+            {"metadata": {"annotations": {CLAIM_ANNOTATION: CLAIM}}},
+            id="the claim annotation",
+        ),
+        pytest.param(
+            ("metadata", "annotations", METALLB_IPS_ANNOTATION),
+            None,
+            None,
+            id="the driver's pin removed: not ours",
+        ),
+        pytest.param(
+            ("metadata", "annotations", METALLB_IPS_ANNOTATION),
+            "198.51.100.1",
+            None,
+            id="the driver's pin changed: not ours",
+        ),
+        pytest.param(("metadata", "annotations", "theirs"), "x", None, id="another writer's annotation"),
+        pytest.param(
+            ("spec", "selector", "extra"),
+            "x",
+            {"spec": {"selector": {"extra": None}}},
+            id="a selector key too many",
+        ),
+        pytest.param(
+            ("spec", "allocateLoadBalancerNodePorts"),
+            True,
+            {"spec": {"allocateLoadBalancerNodePorts": False}},
+            id="node ports",
+        ),
+        pytest.param(("spec", "ports"), [], {"spec": {"ports": [POSTGRES]}}, id="ports"),
+        pytest.param(("spec", "sessionAffinity"), "ClientIP", None, id="a field we do not set"),
+    ],
+)
+def test_the_patch_touches_only_what_we_own(
+    drift: tuple[str, ...], value: Any, patch: dict[str, Any] | None
+) -> None:
+    desired = render()
+    assert service_patch(_with(live(), drift, value), desired) == patch
+
+
+def test_a_method_switch_patch_converges() -> None:
+    whole = render(make_attachment(method="WholeIP"), settings=COZY)
+    port_list = render(make_attachment(method="PortList", ports=[5432], allow_icmp=True), settings=COZY)
+    stored = as_stored(whole)
+    patch = service_patch(stored, port_list)
+    assert patch == {
+        "metadata": {"annotations": {ALLOW_ICMP_ANNOTATION: "true", WHOLE_IP_ANNOTATION: "false"}}
+    }
+    stored["metadata"]["annotations"].update(patch["metadata"]["annotations"])
+    assert service_patch(stored, port_list) is None
+    back = service_patch(stored, whole)
+    assert back == {"metadata": {"annotations": {ALLOW_ICMP_ANNOTATION: None, WHOLE_IP_ANNOTATION: "true"}}}
+
+
+@pytest.mark.parametrize(
+    ("stored", "desired", "mismatch"),
+    [
+        pytest.param({}, {}, None, id="same"),
+        pytest.param(
+            {"load_balancer_class": "metallb"}, {}, "loadBalancerClass is metallb", id="class dropped"
+        ),
+        pytest.param({}, {"load_balancer_class": "metallb"}, "the class asks for metallb", id="class added"),
+        pytest.param({"family": "IPv4"}, {"family": "IPv6"}, "primary IP family is IPv4", id="family"),
+        pytest.param({"family": "IPv4"}, {"family": "Dual"}, None, id="IPv4 to Dual keeps the primary"),
+    ],
+)
+def test_immutable_mismatch(stored: dict[str, Any], desired: dict[str, Any], mismatch: str | None) -> None:
+    found = immutable_mismatch(as_stored(render(**stored)), render(**desired))
+    if mismatch is None:
+        assert found is None
+    else:
+        assert found is not None
+        assert mismatch in found
+
+
+def test_the_patch_never_touches_an_immutable_field() -> None:
+    patch = service_patch(as_stored(render(load_balancer_class="metallb")), render())
+    assert patch is None or "loadBalancerClass" not in patch.get("spec", {})
