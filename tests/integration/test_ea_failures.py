@@ -58,13 +58,8 @@ from tests.support.waiting import eventually, quota_in_force, wait_for_object
 
 # The tenant-facing Service of application "db", every attachment's endpoint here.
 ENDPOINT: Final = "postgres-db-rw"
-POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
-POLICY_BINDINGS: Final = Resource(
-    "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
-)
 # What a hoster's policy says when it refuses a Service (the attachment must carry these words).
 POLICY_MESSAGE: Final = "this platform publishes no database port 5432"
-NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 SAMPLE_QUOTA: Final = "config/samples/resourcequota.yaml"
 SAMPLES: Final = "config/samples/kustomization.yaml"
 # Short waits, so the tests see the bounded waits end (the defaults are a minute each).
@@ -201,51 +196,19 @@ async def test_a_policy_refusal_carries_its_message_and_a_changed_input_is_sent_
     Service with 403: the attachment says so in the policy's words; the same Service is not sent
     again, but once what it is rendered from changes (the endpoint's port), the new one is."""
     ns = tenant.namespace
-    name = f"if-{ns}"[:63]
-    await kube.create(
-        POLICIES.path(),
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE", "UPDATE"],
-                            "resources": ["services"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": "object.spec.type != 'LoadBalancer' || "
-                        "object.spec.ports.all(p, p.port != 5432)",
-                        "message": POLICY_MESSAGE,
-                        "reason": "Forbidden",
-                    }
-                ],
-            },
-        },
+    await tenant.policy(
+        "if-no-5432",
+        [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["services"],
+            }
+        ],
+        "object.spec.type != 'LoadBalancer' || object.spec.ports.all(p, p.port != 5432)",
+        POLICY_MESSAGE,
     )
-    tenant.cluster_objects.append(POLICIES.path(name=name))
-    await kube.create(
-        POLICY_BINDINGS.path(),
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}},
-            },
-        },
-    )
-    tenant.cluster_objects.append(POLICY_BINDINGS.path(name=name))
     await eventually(lambda: _policy_refuses(kube, ns), what="the policy in force")
 
     await tenant.address_class("if-policy", "198.51.100.168/29")
