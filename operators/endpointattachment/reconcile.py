@@ -7,7 +7,9 @@ Decides, on every pass:
   deleting an application is never held up by its attachments) and the application's three
   lineage labels.
 - the claim, only once ``Resolved`` is True (a typo or a leftover of a deleted application never
-  mints, and never holds a reserved claim): a referenced claim (``claimName``) must exist and not be
+  mints, and never holds a reserved claim) and something can be published (below: no address is
+  drawn for ``NothingToPublish``, ``DatapathContractUnavailable`` or PortList ports that need
+  translation, all decided before the claim): a referenced claim (``claimName``) must exist and not be
   being deleted (``ClaimNotFound``) and be of the family asked for (``FamilyConflict``); it is never
   written. Otherwise the claim this attachment controls is used (the oldest, if a lost create
   answer left two: the others are deleted) or, with none, one is minted (``render.render_claim``)
@@ -16,10 +18,12 @@ Decides, on every pass:
 - ``ClaimInUse``: one of the claim's addresses has ``status.associatedTo`` naming a live Service of
   the namespace that is not ours, or, while we have no Service, another live Service names the
   claim: the driver serves one Service per claim, so ours is not rendered (or is withdrawn).
-- what is published: the endpoint's selector and ``render.publish_ports``; no selector, an
-  ExternalName endpoint, or no port: ``NothingToPublish``.
-- the VM modes (``datapath.admit``), before anything renders: the platform's declaration
-  (``DatapathContractUnavailable``), PortList ports without translation (``RenderFailed``), one
+- what is published, before the claim: the endpoint's selector and ``render.publish_ports``; no
+  selector, an ExternalName endpoint, or no port: ``NothingToPublish``; in a VM mode the platform's
+  declaration for the family asked (the attachment's, else the referenced claim's, else IPv4) and
+  PortList ports without translation, which no claim can change.
+- the VM modes (``datapath.admit``), before anything renders: the platform's declaration for the
+  claim's family (``DatapathContractUnavailable``), PortList ports without translation (``RenderFailed``), one
   ready backend by the endpoint's EndpointSlices (``MultipleBackends``), exclusivity per selected
   pod (``BackendAlreadyDelegated`` naming the winner).
 - the rendered Service (only with the claim ``Bound``): created when there is none of ours,
@@ -64,6 +68,7 @@ from operators.endpointattachment.api import (
     DEFAULT_CLAIM_FAMILY,
     HELMRELEASE_GROUP,
     HELMRELEASE_KIND,
+    METHOD_PORT_LIST,
     PHASE_ATTACHED,
     PHASE_DETACHED,
     PHASE_PENDING,
@@ -75,6 +80,8 @@ from operators.endpointattachment.api import (
 from operators.endpointattachment.datapath import (
     ProxiedService,
     admit,
+    check_port_list,
+    find_proxy,
     programmed_backends,
     programmed_token,
     rank_of,
@@ -340,6 +347,32 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
             return dark(REASON_ENDPOINT_DETACHED, message, PHASE_DETACHED)
         return dark(REASON_UNRESOLVED, f"nothing is claimed or rendered until resolved: {resolution.message}")
 
+    # --- what can be published, before any claim: no address is drawn for what cannot be ----------
+    endpoint = observed.endpoint or {}
+    endpoint_spec = endpoint.get("spec") or {}
+    selector = endpoint_spec.get("selector")
+    ports = publish_ports([p for p in endpoint_spec.get("ports") or [] if isinstance(p, Mapping)], spec)
+    if (
+        endpoint_spec.get("type") == SERVICE_TYPE_EXTERNAL_NAME
+        or not isinstance(selector, Mapping)
+        or not selector
+    ):
+        return dark(REASON_NOTHING_TO_PUBLISH, f"Service {spec.endpoint} selects no pods: nothing to publish")
+    if not ports:
+        return dark(
+            REASON_NOTHING_TO_PUBLISH,
+            f"Service {spec.endpoint} publishes no port (a VM's sentinel port alone): name the ports "
+            "to publish, or a method",
+        )
+    selector = {str(k): str(v) for k, v in selector.items()}
+    if spec.vm_mode:
+        asked = spec.family or (claim_family(claim) if claim is not None else DEFAULT_CLAIM_FAMILY)
+        declared = find_proxy(observed.settings.proxy_name, spec.method, asked)
+        if declared.ok and spec.method == METHOD_PORT_LIST:
+            declared = check_port_list(ports)
+        if not declared.ok:
+            return dark(declared.reason, declared.message)
+
     # --- the claim -------------------------------------------------------------------------------
     if not observed.substrate:
         return dark(
@@ -369,24 +402,6 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
             "the claim serves one Service at a time",
         )
 
-    # --- what is published -----------------------------------------------------------------------
-    endpoint = observed.endpoint or {}
-    endpoint_spec = endpoint.get("spec") or {}
-    selector = endpoint_spec.get("selector")
-    ports = publish_ports([p for p in endpoint_spec.get("ports") or [] if isinstance(p, Mapping)], spec)
-    if (
-        endpoint_spec.get("type") == SERVICE_TYPE_EXTERNAL_NAME
-        or not isinstance(selector, Mapping)
-        or not selector
-    ):
-        return dark(REASON_NOTHING_TO_PUBLISH, f"Service {spec.endpoint} selects no pods: nothing to publish")
-    if not ports:
-        return dark(
-            REASON_NOTHING_TO_PUBLISH,
-            f"Service {spec.endpoint} publishes no port (a VM's sentinel port alone): name the ports "
-            "to publish, or a method",
-        )
-    selector = {str(k): str(v) for k, v in selector.items()}
     family = claim_family(claim)
     if spec.vm_mode:
         slices = observed.endpoint_slices

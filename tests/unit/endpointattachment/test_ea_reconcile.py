@@ -365,6 +365,75 @@ def test_resolved_with_no_claim_mints_one_and_renders_nothing(
     assert plan.status["claimName"] is None, "no claim name before the claim exists"
 
 
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        pytest.param(
+            lambda: observe(endpoint=make_service(selector={})), REASON_NOTHING_TO_PUBLISH, id="no selector"
+        ),
+        pytest.param(
+            lambda: observe(endpoint=make_service(type_="ExternalName")),
+            REASON_NOTHING_TO_PUBLISH,
+            id="ExternalName",
+        ),
+        pytest.param(
+            lambda: observe(endpoint=make_service(ports=[])), REASON_NOTHING_TO_PUBLISH, id="no port"
+        ),
+        pytest.param(
+            lambda: vm_observe(settings=RenderSettings()),
+            REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+            id="datapath off",
+        ),
+        pytest.param(
+            lambda: vm_observe(
+                attachment=make_attachment(
+                    "vm1-public",
+                    app_kind="VMInstance",
+                    app_name="vm1",
+                    endpoint="vm-vm1",
+                    method="WholeIP",
+                    family="Dual",
+                )
+            ),
+            REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+            id="a VM mode asking for Dual",
+        ),
+        pytest.param(
+            lambda: vm_observe(
+                "PortList",
+                attachment=make_attachment(
+                    "vm1-public",
+                    app_kind="VMInstance",
+                    app_name="vm1",
+                    endpoint="vm-vm1",
+                    method="PortList",
+                    ports=[22],
+                ),
+                endpoint=vm_endpoint(
+                    ports=[{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 2222}]
+                ),
+            ),
+            REASON_RENDER_FAILED,
+            id="PortList needing translation",
+        ),
+        pytest.param(
+            lambda: vm_observe(
+                attachment=make_attachment(
+                    "vm1-public", app_kind="VMInstance", app_name="vm1", endpoint="vm-vm1"
+                ),
+                substrate=False,
+            ),
+            REASON_NOTHING_TO_PUBLISH,
+            id="a VM's sentinel alone, said before the substrate's absence",
+        ),
+    ],
+)
+def test_no_address_is_drawn_for_what_cannot_be_published(build: Callable[[], Observed], reason: str) -> None:
+    plan = reconcile(dataclasses.replace(build(), claim=None, addresses=[]))
+    assert condition(plan, PROVISIONED) == (FALSE, reason)
+    assert plan.mint is None
+
+
 def test_a_minted_claim_is_not_minted_again() -> None:
     assert reconcile(observe()).mint is None
 
