@@ -269,6 +269,20 @@ def values_of(chart: Chart) -> list[Value]:
             {"type": "string", "minLength": 1},
             "Where the dashboard ConfigMap goes (the namespace Grafana's sidecar watches).",
         ),
+        *(
+            [
+                Value(
+                    "vmDatapath",
+                    chart.vm_datapath,
+                    {"type": "string", "enum": ["none", "cozy-proxy"]},
+                    f"The VM datapath the platform runs ({chart.env_prefix}_VM_DATAPATH): cozy-proxy "
+                    "when a cozy-proxy contract implementor is deployed; none: the VM methods render "
+                    "nothing.",
+                )
+            ]
+            if chart.vm_datapath is not None
+            else []
+        ),
     ]
 
 
@@ -385,6 +399,8 @@ class Chart:
     env_prefix: str = ""
     leader_election_id: str = ""
     otel_endpoint: str = ""
+    # The VM datapath the platform declares (EA_VM_DATAPATH); None for an operator without the flag.
+    vm_datapath: str | None = None
     resources: Obj = field(default_factory=dict)
     min_available: int | str = 1
     scrape: tuple[str, str] = ("", "")
@@ -525,6 +541,8 @@ def edit_deployment(chart: Chart, doc: Obj) -> str:
         env, f"{prefix}_LEADER_ELECTION_ID", ".Values.leaderElection.id | quote"
     )
     chart.otel_endpoint = env_hole(env, "OTEL_EXPORTER_OTLP_ENDPOINT", ".Values.otel.endpoint | quote")
+    if any(e.get("name") == f"{prefix}_VM_DATAPATH" for e in env):
+        chart.vm_datapath = env_hole(env, f"{prefix}_VM_DATAPATH", ".Values.vmDatapath | quote")
     env.append(Hole("splice", ".Values.extraEnv"))
     chart.resources = container["resources"]
     container["resources"] = Hole("block", ".Values.resources")

@@ -1,10 +1,12 @@
 """make demo: both operators on the local control plane with sample objects, and what people see.
 
 It starts the local control plane, installs each operator's CRDs with kubectl
-(``kubectl apply -k config/crd/<operator>``), runs both operators and MetalLB's controller (an
-IPAddressPool per IPAddressClass, as a hoster declares them), plays the kubelets, creates a small
-GPU cloud and a tenant with a database and a VM, then prints what a tenant sees and what a hoster
-sees.
+(``kubectl apply -k config/crd/<operator>``) and the platform's (KubeVirt's, Flux's, and the address
+substrate's real CRDs from ``tests/fixtures/``), runs both operators, MetalLB's controller and the
+address substrate (its controllers cannot be built here: the documented model of
+``tests/support/substrate.py`` plays them, rendering an IPAddressPool per IPAddressClass as the
+substrate's MetalLB driver does), plays the kubelets, creates a small GPU cloud and a tenant with a
+database and a VM, then prints what a tenant sees and what a hoster sees.
 It waits for Ctrl-C (or, with ``--once``, stops right away) and leaves nothing running.
 
 It also starts a real Jaeger (v2, in-memory, built and cached like the control plane:
@@ -36,13 +38,14 @@ from hack.devcluster import ROOT, ClusterInfo, LocalControlPlane
 from hack.jaeger import Jaeger, running_jaeger
 from hack.metallb import metallb
 from hack.waterfall import Span, passes_of, render_waterfall
+from operators.endpointattachment.api import ATTACHMENTS
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
-from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
+from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
+from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER, substrate
 
 TENANT = "tenant-demo"
-# The attachment whose story the demo draws from Jaeger: bound to a claim, so its passes link to the
-# claim's pass that minted the address it publishes.
+# The attachment whose story the demo draws from Jaeger: a VM's, on the tenant's reserved claim.
 STORY_ATTACHMENT = "vm1-ssh"
 EA_TRACE_SERVICE = "cozystack-endpointattachment-operator"
 TRACE_WAIT_SECONDS = 30.0  # the operators' span batches reach Jaeger within this
@@ -54,7 +57,8 @@ H200, L40S, RTX4090 = (
     "nvidia.com/AD102_GEFORCE_RTX_4090",
 )
 SDN = "local.sdn.cozystack.io/v1alpha1"
-ATTACHMENTS = Resource(SDN, "endpointattachments")
+# The address substrate's CRDs (a platform package of its own; the operator ships none of them).
+SUBSTRATE_CRDS = ROOT / "tests/fixtures/address-substrate"
 LINEAGE = "apps.cozystack.io/application"
 
 
@@ -141,17 +145,21 @@ async def running_pod(
 
 async def install_platform_crds(kube: Kube, cluster: ClusterInfo) -> None:
     """What Cozystack already runs: KubeVirt's and Flux's CRDs (the operators watch HelmReleases,
-    so Flux's CRD must be served before they start)."""
+    so Flux's CRD must be served before they start), and the address substrate's."""
     for doc in yaml.safe_load_all((ROOT / "tests/fixtures/kubevirt-crd.yaml").read_text()):
         if doc:
             await kube.create("/apis/apiextensions.k8s.io/v1/customresourcedefinitions", doc)
     kubectl(cluster, "apply", "--server-side", "-f", str(ROOT / "tests/fixtures/helmrelease-crd.yaml"))
+    kubectl(cluster, "apply", "--server-side", "-f", str(SUBSTRATE_CRDS))
     kubectl(
         cluster,
         "wait",
         "--for=condition=Established",
         "crd/kubevirts.kubevirt.io",
         "crd/helmreleases.helm.toolkit.fluxcd.io",
+        "crd/ipaddressclaims.local.sdn.cozystack.io",
+        "crd/ipaddressclasses.local.sdn.cozystack.io",
+        "crd/ipaddresses.local.sdn.cozystack.io",
     )
 
 
@@ -242,39 +250,29 @@ async def build_world(kube: Kube, cluster: ClusterInfo) -> None:
         kube, "virt-launcher-render", "gpu-node-3", {"vm": "render"}, "10.244.3.11", {L40S: "1"}
     )
 
-    # Addresses: the hoster's pool and proxy declaration; the tenant's claim and attachments. vm1-ssh
-    # and vm1-whole both want the VM's one pod for cozy-proxy: the older (ties: by name) wins.
+    # Addresses: the hoster's default class (the substrate's); the tenant's reserved claim and
+    # attachments. vm1-ssh and vm1-whole both want the VM's one pod for cozy-proxy: the older wins.
     manifests = [
         {
             "apiVersion": SDN,
             "kind": "IPAddressClass",
-            "metadata": {"name": "public-v4"},
-            "spec": {"cidrs": ["198.51.100.0/28"], "provider": "MetalLB"},
-        },
-        {
-            "apiVersion": SDN,
-            "kind": "ServiceProxy",
-            "metadata": {"name": "cozy-proxy"},
-            "spec": {
-                "serviceProxyName": "cozy-proxy",
-                "modes": ["PortList", "WholeIP"],
-                "ipFamilies": ["IPv4"],
-            },
+            "metadata": {"name": "public", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+            "spec": {"provisioner": METALLB_PROVISIONER, "parameters": {"addresses": ["198.51.100.0/28"]}},
         },
         {
             "apiVersion": SDN,
             "kind": "IPAddressClaim",
             "metadata": {"name": "reserved-ip", "namespace": TENANT},
-            "spec": {"className": "public-v4", "address": "198.51.100.10"},
+            "spec": {"className": "public"},
         },
         {
             "apiVersion": SDN,
             "kind": "EndpointAttachment",
             "metadata": {"name": "db-public", "namespace": TENANT},
             "spec": {
-                "endpoint": {"name": "postgres-db-rw"},
-                "address": {"className": "public-v4"},
-                "mode": "Standard",
+                "applicationRef": {"kind": "Postgres", "name": "db"},
+                "endpoint": {"serviceName": "postgres-db-rw"},
+                "loadBalancer": {},
             },
         },
         {
@@ -282,16 +280,20 @@ async def build_world(kube: Kube, cluster: ClusterInfo) -> None:
             "kind": "EndpointAttachment",
             "metadata": {"name": "vm1-ssh", "namespace": TENANT},
             "spec": {
-                "endpoint": {"name": "vm1"},
-                "address": {"claimName": "reserved-ip"},
-                "mode": "PortList",
+                "applicationRef": {"kind": "VMInstance", "name": "vm1"},
+                "endpoint": {"serviceName": "vm1"},
+                "loadBalancer": {"claimName": "reserved-ip", "method": "PortList", "ports": [22]},
             },
         },
         {
             "apiVersion": SDN,
             "kind": "EndpointAttachment",
             "metadata": {"name": "vm1-whole", "namespace": TENANT},
-            "spec": {"endpoint": {"name": "vm1"}, "address": {"className": "public-v4"}, "mode": "WholeIP"},
+            "spec": {
+                "applicationRef": {"kind": "VMInstance", "name": "vm1"},
+                "endpoint": {"serviceName": "vm1"},
+                "loadBalancer": {"className": "public", "method": "WholeIP"},
+            },
         },
     ]
     for manifest in manifests:
@@ -326,6 +328,8 @@ async def operator(
     ]
     if module == "operators.gpuclass":
         args += ["--debounce-seconds", "0.3", "--kubevirt-recheck-seconds", "5"]
+    else:
+        args += ["--vm-datapath", "cozy-proxy"]  # the platform declares cozy-proxy deployed
     with log.open("wb") as out:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
@@ -349,18 +353,22 @@ async def operator(
                 await process.wait()
 
 
+# Reasons on the way to a settled answer (a claim binding, the load balancer answering).
+UNSETTLED = ("", "WaitingForAddress", "ClaimPending")
+
+
 async def converged(kube: Kube) -> bool:
     classes = (await kube.list(GPUCLASSES.path()))["items"]
     attachments = (await kube.list(ATTACHMENTS.path(TENANT)))["items"]
-    settled = [
-        o for o in classes + attachments if _ready(o)[1] not in ("", "AddressPending", "Minting", "Binding")
-    ]
+    settled = [o for o in classes + attachments if _verdict(o)[1] not in UNSETTLED]
     return len(classes) == 4 and len(attachments) == 3 and len(settled) == 7
 
 
-def _ready(obj: Obj) -> tuple[str, str, str]:
+def _verdict(obj: Obj) -> tuple[str, str, str]:
+    """The condition that says whether it works: a GPU class's Ready, an attachment's Provisioned."""
+    wanted = "Provisioned" if obj.get("kind") == "EndpointAttachment" else "Ready"
     for condition in (obj.get("status") or {}).get("conditions") or []:
-        if condition["type"] == "Ready":
+        if condition["type"] == wanted:
             return condition["status"], condition["reason"], condition.get("message", "")
     return "", "", ""
 
@@ -378,26 +386,24 @@ async def show(
     kubectl(cluster, "get", "ipaddressclaims", "-n", TENANT)
 
     print(f"\n{bar}\nWHAT A HOSTER SEES\n{bar}")
-    print("Why each object that is not Ready is not:")
+    print("Why each GPU class that is not Ready, and each attachment that is not Provisioned, is not:")
     objects = (await kube.list(GPUCLASSES.path()))["items"] + (await kube.list(ATTACHMENTS.path(TENANT)))[
         "items"
     ]
     for obj in objects:
-        status, reason, message = _ready(obj)
+        status, reason, message = _verdict(obj)
         if status != "True":
             metadata = obj["metadata"]
             where = f"{metadata['namespace']}/" if metadata.get("namespace") else ""
-            print(f"  {obj['kind']} {where}{metadata['name']}: Ready={status} {reason}: {message}")
-            for condition in obj["status"]["conditions"]:
-                if condition["type"] != "Ready" and condition["reason"] == reason:
-                    print(f"      {condition['type']}={condition['status']}: {condition['message']}")
+            verdict = "Provisioned" if obj["kind"] == "EndpointAttachment" else "Ready"
+            print(f"  {obj['kind']} {where}{metadata['name']}: {verdict}={status} {reason}: {message}")
     print("\nInventory, from the operators' Prometheus metrics (never in the world-readable status):")
     wanted = (
         "cozystack_gpuclass_allocatable",
         "cozystack_gpuclass_requested",
         "cozystack_gpuclass_free",
         'cozystack_gpuclass_nodes{gpuclass="h200"',
-        "cozystack_endpointattachment_pool_addresses",
+        "cozystack_endpointattachment_attachments",
     )
     async with httpx.AsyncClient() as client:
         for name, port in ports.items():
@@ -432,8 +438,8 @@ async def show_traces(kube: Kube, jaeger: Jaeger | None, since: datetime) -> Non
         print(
             "Read it as: each pass is a trace of its own; ← links a pass to the one before it over the same"
         )
-        print("object; ⇠ links it to the pass that wrote what it read (here the claim's pass that minted its")
-        print("address). Objects written by people (the IPAddressClass, the claim's spec) carry no writer.")
+        print("object; ⇠ links it to the pass that wrote what it read (its own Service). Objects written by")
+        print("people or other components (the IPAddressClass, the reserved claim) carry no writer.")
         print(f"Query it yourself: curl '{jaeger.query_url}/api/services'")
     print("\nIn a real cluster, point each operator at your OTLP/HTTP collector (Jaeger, Tempo, ...):")
     print("  helm upgrade ... --set otel.endpoint=http://jaeger-collector.monitoring:4318")
@@ -442,10 +448,10 @@ async def show_traces(kube: Kube, jaeger: Jaeger | None, since: datetime) -> Non
 
 
 def _story_told(spans: list[Span], uid: str) -> bool:
-    """Jaeger holds the attachment's passes up to the one that published it, and every link resolves."""
+    """Jaeger holds the attachment's passes up to the one that provisioned it, and every link resolves."""
     ids = {(s.trace_id, s.span_id) for s in spans}
     passes = passes_of(spans, uid)
-    published = any("Published" in str(p.attributes.get("condition.reasons")) for p in passes)
+    published = any("Provisioned" in str(p.attributes.get("condition.reasons")) for p in passes)
     return published and all((link.trace_id, link.span_id) in ids for p in passes for link in p.links)
 
 
@@ -492,6 +498,7 @@ async def run_operators(
             "operators.endpointattachment", cluster, logs / "endpointattachment-operator.log", tracing
         ) as ea_port,
         metallb(kube, cluster.kubeconfig, logs / "metallb.log"),
+        substrate(kube),
     ):
         print(f"operators running (logs in {logs}); building the sample world...")
         await build_world(kube, cluster)

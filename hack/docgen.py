@@ -102,8 +102,6 @@ class EventReason:
 KIND_SOURCES: Final = {
     "GPUClass": "operators/gpuclass",
     "EndpointAttachment": "operators/endpointattachment",
-    "IPAddressClaim": "operators/endpointattachment",
-    "IPAddressClass": "operators/endpointattachment",
 }
 
 NOTHING: Final = "Nothing."
@@ -112,10 +110,6 @@ NOTHING: Final = "Nothing."
 CONCEPT_PAGES: Final = {
     "GPUClass": ("../../tenants/gpuclass.md", "GPU classes"),
     "EndpointAttachment": ("../../tenants/endpointattachment.md", "endpoint attachments"),
-    "IPAddressClaim": ("../../tenants/endpointattachment.md", "endpoint attachments"),
-    "IPAddressClass": ("../operations.md", "operations: address classes and locks"),
-    "IPAddressAllocation": ("../operations.md", "operations: address classes and locks"),
-    "ServiceProxy": ("../../tenants/vm-modes.md", "VM modes"),
 }
 
 CONDITION_TYPES: Final = (
@@ -137,48 +131,19 @@ CONDITION_TYPES: Final = (
     ),
     ConditionType(
         "EndpointAttachment",
-        "EndpointResolved",
-        "`spec.endpoint` is a tenant-facing Service of a live application, and that application is "
-        "the one this attachment was first bound to",
+        "Resolved",
+        "`spec.applicationRef` names a live application (a HelmRelease of the namespace), the one this "
+        "attachment first resolved to, and `spec.endpoint.serviceName` is one of its tenant-facing Services",
     ),
     ConditionType(
         "EndpointAttachment",
-        "AddressBound",
-        "the attachment holds an address, minted from its class or lent by its claim",
-    ),
-    ConditionType(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "the datapath accepts the Service: always in `Standard`; in `PortList`/`WholeIP` a declared "
-        "proxy serves the mode and family, the ports and backends suit it, and no other Service wins "
-        "the backend pod",
-    ),
-    ConditionType(
-        "EndpointAttachment",
-        "Ready",
-        "the address is published: the load balancer announces it on the rendered Service (and, in "
-        "the VM modes, one backend pod receives its traffic)",
-    ),
-    ConditionType(
-        "IPAddressClaim",
-        "AddressBound",
-        "the claim holds its address (an IPAddressAllocation locks it for this claim)",
-    ),
-    ConditionType(
-        "IPAddressClaim",
-        "Ready",
-        "the address is reserved and its class admits the namespace: an attachment may bind it",
-    ),
-    ConditionType(
-        "IPAddressClass",
-        "Ready",
-        "the class is usable and has free addresses (`status.capacity` and `status.allocated` say how many)",
+        "Provisioned",
+        "the address works for the tenant: the claim is Bound and the load balancer announces its "
+        "addresses on the rendered Service (in a VM method, one backend pod receives the traffic, named "
+        "in the message)",
     ),
 )
 
-_SEE_READY_PREREQUISITE: Final = (
-    "Read the condition named by the same reason above (its message is copied here) and act on it."
-)
 
 OUTCOMES: Final = (
     # --- GPUClass ---------------------------------------------------------------------------------
@@ -310,550 +275,237 @@ OUTCOMES: Final = (
     # --- EndpointAttachment: EndpointResolved -----------------------------------------------------
     Outcome(
         "EndpointAttachment",
-        "EndpointResolved",
+        "Resolved",
         "True",
         "Resolved",
-        "The endpoint is a tenant-facing Service of an application, and the application is the one "
-        "this attachment belongs to (the message names it).",
-        NOTHING,
+        "The application is found, the endpoint is one of its tenant-facing Services (the message "
+        "names both).",
+        "Nothing.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "EndpointResolved",
+        "Resolved",
+        "False",
+        "ApplicationNotFound",
+        "No HelmRelease in the namespace carries the lineage labels of `spec.applicationRef` "
+        "(group, kind, name), or the one this attachment belonged to is gone.",
+        "Check `spec.applicationRef` against the application (`kubectl get helmreleases -l "
+        "apps.cozystack.io/application.name=<name>`). It is immutable: a typo means deleting the "
+        "attachment and creating another. An attachment whose application was deleted is removed "
+        "with it by garbage collection.",
+        who="tenant",
+    ),
+    Outcome(
+        "EndpointAttachment",
+        "Resolved",
+        "False",
+        "ApplicationIncarnationChanged",
+        "The application was deleted and created again under the same name: the new one has "
+        "another UID, and this attachment belonged to the old one. Its Service is withdrawn; "
+        "garbage collection removes the attachment with the old application.",
+        "Create a new attachment for the new application (a recreated application inherits nothing).",
+        who="tenant",
+    ),
+    Outcome(
+        "EndpointAttachment",
+        "Resolved",
         "False",
         "EndpointNotFound",
-        "No Service named `spec.endpoint.name` exists in the attachment's namespace.",
-        "Check the name (`kubectl get svc`); the endpoint is immutable, so a typo means deleting the "
-        "attachment and creating another. If the application is still being installed, wait: the "
+        "No Service named `spec.endpoint.serviceName` exists in the namespace. If the attachment "
+        "held an address, Provisioned says `EndpointDetached`.",
+        "Check the name (`kubectl get svc`), or wait while the application is installed: the "
         "attachment resolves when the Service appears.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "EndpointResolved",
+        "Resolved",
+        "False",
+        "EndpointLineageMismatch",
+        "The Service exists but its lineage labels name another application (or none): it is not "
+        "a Service of `spec.applicationRef`.",
+        "Name a Service of the application the attachment refers to (`kubectl get svc -l "
+        "apps.cozystack.io/application.name=<name>`).",
+        who="tenant",
+    ),
+    Outcome(
+        "EndpointAttachment",
+        "Resolved",
         "False",
         "EndpointNotTenantFacing",
-        "The Service is not one the application offers to tenants: it lacks Cozystack's lineage labels "
-        "or the `internal.cozystack.io/tenantresource` marker, or it is itself a Service rendered by an "
+        "The Service belongs to the application but is not one of its tenant-facing endpoints (no "
+        '`internal.cozystack.io/tenantresource: "true"`), or it is itself rendered by an '
         "attachment.",
-        "Attach one of the application's tenant-facing Services (the ones the application lists, "
-        "e.g. a database's `-rw` Service), not an internal one.",
+        "Attach one of the application's tenant-facing Services; internal Services cannot be published.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "EndpointResolved",
-        "False",
-        "EndpointHasNoSelector",
-        "The Service has no selector (or is of type ExternalName): there are no pods to send traffic to.",
-        "Attach a Service that selects pods.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "EndpointResolved",
-        "False",
-        "EndpointHasNoPorts",
-        "The Service lists no ports, and a LoadBalancer Service needs at least one.",
-        "Attach a Service with ports.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "EndpointResolved",
-        "False",
-        "ApplicationNotFound",
-        "No HelmRelease carries the endpoint's application labels, or the application this attachment "
-        "was bound to is gone.",
-        "If the application is being deleted, the attachment goes with it. Otherwise hosters: check "
-        "the application's HelmRelease exists in the namespace with the same "
-        "`apps.cozystack.io/application.*` labels as the Service.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "EndpointResolved",
-        "False",
-        "ApplicationMismatch",
-        "The application was deleted and recreated under the same name: this attachment belongs to "
-        "the old one and will never publish the new one.",
-        "Delete this attachment and create a new one for the new application (garbage collection "
-        "removes it anyway once the old application's objects are gone).",
-        who="tenant",
-    ),
-    # --- EndpointAttachment: AddressBound ---------------------------------------------------------
-    Outcome(
-        "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "True",
-        "Minted",
-        "An address was minted from `spec.address.className` for this attachment; it is released "
-        "when the attachment is deleted.",
-        NOTHING,
+        "Provisioned",
+        "The claim is Bound and the load balancer announces its addresses on the rendered Service "
+        "(in a VM method, the message names the pod receiving the traffic).",
+        "Nothing.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "AddressBound",
-        "True",
-        "ClaimBound",
-        "The claim's reserved address is lent to this attachment (the claim records it as its user).",
-        NOTHING,
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "AddressBound",
-        "Unknown",
-        "Minting",
-        "An address is being locked for this attachment.",
-        "Nothing: it passes within a second or two. If it stays, hosters: check the operator's log.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "AddressBound",
-        "Unknown",
-        "Binding",
-        "The attachment is being recorded as the claim's user.",
-        "Nothing: it passes within a second or two.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "AddressBound",
-        "Unknown",
-        "EndpointUnresolved",
-        "No address is taken until the endpoint resolves, so a typo never uses up an address or a claim.",
-        "Fix what `EndpointResolved` says.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "False",
-        "ClassNotFound",
-        "The IPAddressClass (named by the attachment, or by its claim) does not exist.",
-        "Tenants: check the name against `kubectl get ipaddressclasses`. Hosters: create the class.",
+        "Unresolved",
+        "Nothing is claimed or rendered while Resolved is not True (the message repeats why). Our "
+        "reason: Cozystack's list has no word for it.",
+        "Act on the Resolved condition.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "False",
-        "ClassInvalid",
-        "The IPAddressClass cannot be used: a malformed pool, mixed address families or an unknown "
-        "provider (the message says which).",
-        "Fix the IPAddressClass; attachments waiting on it continue by themselves.",
+        "ClaimPending",
+        "The address is not there yet: the address substrate is not installed (its "
+        "IPAddressClaim, IPAddressClass and IPAddress kinds are not served), or the claim is not "
+        "Bound (the message quotes the claim's own condition: no such class, no default class, "
+        "the class has no address left).",
+        "A hoster installs the address substrate, or fixes the class the message names "
+        "(addresses, a default class). Once the claim binds, the attachment goes on by itself.",
+        who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "False",
         "ClaimNotFound",
-        "No IPAddressClaim named `spec.address.claimName` exists in the attachment's namespace (or it "
-        "is being deleted).",
-        "Create the claim, or fix the name (immutable: create another attachment).",
+        "The IPAddressClaim named by `spec.loadBalancer.claimName` does not exist in the "
+        "namespace (or is being deleted).",
+        "Create the claim (a reserved address), or check the name. It is immutable: a typo means "
+        "a new attachment.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "AddressBound",
-        "False",
-        "ClaimNotBound",
-        "The claim holds no address (its phase is Pending or Lost): it has nothing to lend.",
-        "Read the claim's own conditions (`kubectl describe ipaddressclaim`).",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "False",
         "ClaimInUse",
-        "Another attachment (named in the message) uses the claim; a claim serves one attachment at a time.",
-        "Delete the other attachment to move the address here; this one binds it on its own.",
+        "The claim's address is announced for another Service of the namespace (its IPAddress's "
+        "`status.associatedTo`), or another attachment already uses the claim: a claim serves one "
+        "Service at a time.",
+        "Delete the attachment (or Service) that uses the claim now, or reference another claim.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "False",
-        "PoolExhausted",
-        "Every address of the class is allocated.",
-        "Tenants: use another class, or wait. Hosters: add `cidrs` or `ranges` to the class (the "
-        "`EndpointAttachmentPoolNearlyExhausted` alert warns before this).",
+        "FamilyConflict",
+        "The referenced claim's family is not the `spec.loadBalancer.family` the attachment asks for.",
+        "Reference a claim of that family, or leave `family` out.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "False",
-        "AddressInUse",
-        "The address this attachment had lost its lock and someone else holds it now. The "
-        "attachment never silently moves to another address.",
-        "Delete and recreate the attachment to get a new address (or, with a claim, see the claim). "
-        "Hosters: this follows a manual deletion of an IPAddressAllocation; do not delete them by hand.",
+        "NothingToPublish",
+        "The endpoint has no selector (or is ExternalName), or no port to publish (a VM's "
+        "endpoint has only its placeholder port 65535 until the VM is exposed).",
+        "Name the ports to publish in `spec.loadBalancer.ports`, or a `method` (WholeIP forwards "
+        "every port).",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "AddressBound",
+        "Provisioned",
         "False",
-        "NamespaceNotAllowed",
-        "The class's `allowedNamespaces` selector does not match this namespace. An address already "
-        "held stays held, but is not published.",
-        "Use a class offered to this namespace, or (hosters) widen the selector or label the namespace.",
-        who="tenant",
-    ),
-    # --- EndpointAttachment: DatapathAdmitted -----------------------------------------------------
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "True",
-        "Admitted",
-        "`Standard` mode, or the declared proxy accepts the VM mode, the family, the ports and the "
-        "backend (the message names the pod that receives the traffic).",
-        NOTHING,
+        "DatapathContractUnavailable",
+        "A VM method (`WholeIP`, `PortList`) is asked for and the platform declares no cozy-proxy "
+        "contract implementor (the operator's `--vm-datapath` is `none`), or the claim is IPv6 or "
+        "Dual (cozy-proxy programs IPv4 only). Nothing is rendered.",
+        "A hoster running cozy-proxy sets the chart value `vmDatapath: cozy-proxy` "
+        "(EA_VM_DATAPATH). Otherwise leave `method` out.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "DatapathAdmitted",
-        "Unknown",
-        "EndpointUnresolved",
-        "A VM mode needs the endpoint's ports and backends, and the endpoint does not resolve yet.",
-        "Fix what `EndpointResolved` says.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "Unknown",
-        "AddressUnbound",
-        "A VM mode needs the address family, and no address or class tells it yet.",
-        "Fix what `AddressBound` says.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "False",
-        "ProxyNotDeclared",
-        "No ServiceProxy declares the mode: no datapath proxy would carry the traffic, so nothing is "
-        "rendered (it would be a black hole).",
-        "Tenants: use `Standard`, or ask the hoster. Hosters: if cozy-proxy runs, declare it with a "
-        "ServiceProxy listing the mode (see operations).",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "False",
-        "AddressFamilyUnsupported",
-        "A proxy declares the mode, but not for the address's family (cozy-proxy is IPv4 only).",
-        "Use an IPv4 class for VM modes, or `Standard`.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "False",
-        "PortTranslationUnsupported",
-        "`PortList`: a port of the endpoint needs translation (`targetPort` differs from `port`, or is "
-        "named) or is neither TCP nor UDP; cozy-proxy does no port translation.",
-        "Use `WholeIP`, or `Standard`, or an endpoint whose ports equal their target ports.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "False",
-        "ExclusivityConflict",
-        "A backend pod is already published by another Service of the same proxy that wins it (the "
-        "message names it): the platform's own cozy-proxy Service always wins, then the older "
-        "attachment. cozy-proxy keeps one address per pod, so this one stays dark.",
-        "Delete the winning attachment (or this one), or turn off the application's own external "
-        "address, if this attachment should carry the traffic. It publishes as soon as it wins.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
+        "Provisioned",
         "False",
         "MultipleBackends",
-        "A VM mode with more than one ready backend pod: cozy-proxy serves one pod per address, so the "
-        "address stays dark rather than picking one.",
-        "Wait if a live migration is running (two pods exist briefly); otherwise make the endpoint "
-        "select one VM. It publishes again by itself at exactly one ready pod.",
-        who="tenant",
-    ),
-    # --- EndpointAttachment: Ready ----------------------------------------------------------------
-    Outcome(
-        "EndpointAttachment",
-        "Ready",
-        "True",
-        "Published",
-        "The load balancer announces the address on the rendered Service; in a VM mode, exactly one "
-        "ready backend pod receives the traffic.",
-        NOTHING,
+        "More than one ready backend: a VM method publishes one pod per address, so the address "
+        "stays dark until one remains (the claim is kept).",
+        "Scale the backend to one pod, or drop the `method`.",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "Ready",
+        "Provisioned",
         "False",
-        "ServiceNameConflict",
-        "A Service with the rendered name (`ea-<attachment name>`) exists and is not this attachment's "
-        "(no controller owner reference with its UID). It is never adopted, changed or deleted.",
-        "Delete or rename that Service, or create the attachment under another name.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "Ready",
-        "False",
-        "AddressPending",
-        "The rendered Service exists (or is being written) but the load balancer does not report the "
-        "address on it yet.",
-        "Usually passes in seconds. If it stays, hosters: is the address inside a pool the load "
-        "balancer serves (a MetalLB IPAddressPool for the class), and does the class's "
-        "`loadBalancerClass` match the one the load balancer handles? `kubectl describe svc "
-        "ea-<name>` shows the load balancer's Events. The `EndpointAttachmentsWaitingForAddress` "
-        "alert fires after 15 minutes.",
-        who="tenant",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "DatapathAdmitted",
-        "False",
-        "ProxyDeclarationConflict",
-        "Several ServiceProxy declarations name different proxies for the attachment's mode and "
-        "family, so no proxy name is guessed: a live Service is left exactly as it is and no new one is "
+        "BackendAlreadyDelegated",
+        "A pod the endpoint selects is already published by another cozy-proxy Service (the "
+        "message names it): a chart's own Service wins, then the older attachment. Nothing is "
         "rendered.",
-        "Hosters: keep one ServiceProxy per mode and family (`kubectl get serviceproxies`). Tenants: "
-        "ask the hoster.",
+        "Remove the other Service or attachment, or publish another endpoint.",
+        who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "Ready",
+        "Provisioned",
+        "False",
+        "WaitingForAddress",
+        "The Service is rendered and waits for the load balancer to put the claim's addresses in "
+        "its ingress (seconds).",
+        "Wait; after the announce timeout the reason becomes AddressNotAnnounced.",
+        who="tenant",
+    ),
+    Outcome(
+        "EndpointAttachment",
+        "Provisioned",
+        "False",
+        "AddressNotAnnounced",
+        "The load balancer has not announced the address within the announce timeout (the message "
+        "says since when and from which loadBalancerClass). Our reason.",
+        "A hoster checks that the load balancer serves that class and that the address "
+        "substrate's driver configures it (for MetalLB: its IPAddressPool for the class).",
+        who="tenant",
+    ),
+    Outcome(
+        "EndpointAttachment",
+        "Provisioned",
         "False",
         "NoReadyBackend",
-        "A VM mode: the address is announced, but no backend pod is ready, so nothing receives its "
-        "traffic yet. The Service stays rendered and is served the moment the pod is ready.",
+        "VM method: the address is announced, but the Service's v1 Endpoints (what cozy-proxy "
+        "reads) name no ready pod yet. Our reason.",
         "Start the VM (or wait for it to become ready).",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "Ready",
+        "Provisioned",
         "False",
-        "AddressNotAnnounced",
-        "The load balancer has not announced the address within `--announce-timeout-seconds` (60 s) "
-        "of the Service being written. Not final: the attachment turns Published as soon as the "
-        "address appears.",
-        "Hosters: does the load balancer serve the class's `loadBalancerClass` (none: the default), "
-        "and does one of its pools hold the address (for MetalLB, an IPAddressPool covering the "
-        "class)? `kubectl describe svc ea-<name>` shows the load balancer's Events. See "
-        "[load balancer](load-balancer.md).",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "Ready",
-        "False",
-        "ServiceRefused",
-        "The API server refused to create or change the rendered Service: validation (an IPv6 "
-        "Service in an IPv4-only cluster, say), an admission webhook or policy. The message is the "
-        "API's. The same Service is not sent again until what it is rendered from changes.",
-        "Hosters: read the message; check admission policies and webhooks on Services, and the "
-        "cluster's address families against the class's.",
-    ),
-    Outcome(
-        "EndpointAttachment",
-        "Ready",
-        "False",
-        "ServiceQuotaExceeded",
-        "A ResourceQuota of the namespace is used up (Services or `services.loadbalancers`), so the "
-        "rendered Service cannot be created. It is tried again every `--quota-retry-seconds` (60 s).",
-        "Delete attachments or Services you do not need, or ask the hoster for more quota.",
+        "EndpointDetached",
+        "The endpoint Service went away after the address was held: the rendered Service is "
+        "withdrawn, the claim (and its address) kept. Phase Detached.",
+        "Nothing, if the application is being updated: when the Service comes back the attachment "
+        "reattaches with the same address. Delete the attachment to let the address go (a minted "
+        "claim follows its class's reclaim policy).",
         who="tenant",
     ),
     Outcome(
         "EndpointAttachment",
-        "Ready",
+        "Provisioned",
         "False",
-        "NamespaceTerminating",
-        "The namespace is being deleted; the Service is not asked for again.",
-        NOTHING,
+        "RenderFailed",
+        "The Service cannot be rendered as asked: the API refused it (quota, admission policy or "
+        "webhook, validation, a namespace being deleted: the message quotes the API; a quota "
+        "refusal is tried again every `--quota-retry-seconds`), a PortList port would need port "
+        "translation, or a live Service's immutable field (loadBalancerClass, IP family) no "
+        "longer matches its class or claim.",
+        "Act on the message: raise the quota, fix the port's targetPort, or recreate the "
+        "attachment (for an immutable field).",
         who="tenant",
-    ),
-    # --- IPAddressClaim ---------------------------------------------------------------------------
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "True",
-        "Minted",
-        "The address is locked for this claim (phase Bound). It stays reserved until the claim is "
-        "deleted, whatever uses it.",
-        NOTHING,
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "Unknown",
-        "Minting",
-        "The address is being locked for this claim.",
-        "Nothing: it passes within a second or two.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "False",
-        "AddressInvalid",
-        "`spec.address` is not an address the operator accepts.",
-        "Create a claim with a canonical IPv4 or IPv6 address (or none, to let the operator pick).",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "False",
-        "AddressNotInClass",
-        "`spec.address` is outside the class's `cidrs` and `ranges`, of the other family, or excluded.",
-        "Ask for an address of the class (see its `cidrs`/`ranges`), or none.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "False",
-        "AddressInUse",
-        "The requested address is held by someone else; or the claim held its address, lost the lock, "
-        "and someone else took it (phase Lost). A Lost claim takes its address back as soon as it is "
-        "free again, and never moves to another one.",
-        "Ask for another address (a new claim), or wait for the holder to release it.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "False",
-        "PoolExhausted",
-        "Every address of the class is allocated.",
-        "As for attachments: another class, or hosters add addresses to the class.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "False",
-        "ClassNotFound",
-        "The class named by `spec.className` does not exist.",
-        "Check the name (immutable: create another claim), or hosters create the class.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "False",
-        "ClassInvalid",
-        "The class cannot be used (malformed pool, mixed families, unknown provider).",
-        "Fix the IPAddressClass.",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "AddressBound",
-        "False",
-        "NamespaceNotAllowed",
-        "The class's `allowedNamespaces` does not match the claim's namespace.",
-        "Use a class offered to this namespace, or (hosters) widen the selector.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "Ready",
-        "True",
-        "Reserved",
-        "The address is held and its class admits the namespace: an attachment may bind it.",
-        NOTHING,
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "Ready",
-        "False",
-        "InUse",
-        "The claim is being deleted, but an attachment still uses it: deletion waits.",
-        "Delete the attachment that uses the claim (`status.attachment`), or cancel nothing: the claim "
-        "goes once it is free.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "Ready",
-        "False",
-        "Releasing",
-        "The claim is being deleted and its address is being released.",
-        "Nothing: it passes within seconds.",
-        who="tenant",
-    ),
-    Outcome(
-        "IPAddressClaim",
-        "Ready",
-        "False",
-        "AddressMismatch",
-        "`spec.address` names another address than the one the claim holds. The claim keeps the "
-        "address it holds: a reserved address never moves under its users. (The API refuses such a "
-        "change today; older objects may carry one.)",
-        "Create a new claim for the other address, if that is what you want.",
-        who="tenant",
-    ),
-    # --- IPAddressClass ---------------------------------------------------------------------------
-    Outcome(
-        "IPAddressClass",
-        "Ready",
-        "True",
-        "Available",
-        "The pool is well formed and has free addresses.",
-        NOTHING,
-    ),
-    Outcome(
-        "IPAddressClass",
-        "Ready",
-        "False",
-        "PoolEmpty",
-        "The pool is well formed but holds no address at all (everything is excluded, or it names no "
-        "`cidrs` and no `ranges`).",
-        "Fix `cidrs`, `ranges` or `excludeAddresses`.",
-    ),
-    Outcome(
-        "IPAddressClass",
-        "Ready",
-        "False",
-        "PoolExhausted",
-        "Every address of the pool is allocated: new attachments and claims of the class wait with "
-        "`PoolExhausted`.",
-        "Add `cidrs` or `ranges` (and the matching load-balancer pool). The "
-        "`EndpointAttachmentPoolNearlyExhausted` alert warns before this.",
-    ),
-    Outcome(
-        "IPAddressClass",
-        "Ready",
-        "False",
-        "ClassInvalid",
-        "The class cannot be read as a pool (a malformed CIDR or range, mixed families, an unknown "
-        "provider; the message says which). `status.capacity` is removed meanwhile.",
-        "Fix the class; attachments and claims waiting on it continue by themselves.",
     ),
 )
-
-# Ready of an attachment and of a claim copies the first failing condition's reason and message.
-COPIED_READY: Final = {
-    "EndpointAttachment": ("EndpointResolved", "AddressBound", "DatapathAdmitted"),
-    "IPAddressClaim": ("AddressBound",),
-}
 
 EVENTS: Final = (
     EventReason(
@@ -1450,13 +1102,6 @@ def render_conditions_section(constants: Sequence[Constant]) -> str:
                     for o in rows
                 ),
             )
-            if condition_type.type == "Ready" and kind in COPIED_READY:
-                copied = ", ".join(f"`{t}`" for t in COPIED_READY[kind])
-                out += [
-                    "",
-                    f"Ready is also False with the reason and message of the first of {copied} that is "
-                    f"not True (Unknown ones included). {_SEE_READY_PREREQUISITE}",
-                ]
             out.append("")
     events = sorted(EVENTS, key=lambda e: (e.kind, e.type != "Warning", e.reason))
     out += ['<a id="events"></a>', "", "### Events", ""]

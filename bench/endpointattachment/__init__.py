@@ -1,17 +1,16 @@
 """The EndpointAttachment benchmark: ``python -m bench.endpointattachment [--quick]``.
 
 One run starts its own local control plane (``hack.devcluster.LocalControlPlane``), serves the
-operator's CRDs and Flux's HelmRelease CRD, and measures two scenarios into one table:
+operator's CRD, Flux's HelmRelease CRD and the address substrate's CRDs, and measures:
 
-* ``attach``: 1,000 EndpointAttachments from one IPAddressClass on a few applications' endpoints, made
-  Ready by the operator (a subprocess) and MetalLB's real controller; create-to-Ready p50 and
-  p99 as ratios against creating the same LoadBalancer Service directly, at the same concurrency
-  (target: p50 at most 2x). See ``attach``.
-* ``mint``: 2,000 addresses from a /21 minted by 4 processes running the operator's minting code;
-  duplicates (must be 0), addresses/s against plain creates, conflicts. See ``mint``.
+* ``attach``: 1,000 EndpointAttachments minting claims from one IPAddressClass on a few applications'
+  endpoints, made Provisioned by the operator (a subprocess), the substrate model and MetalLB's real
+  controller; create-to-Provisioned p50 and p99 as ratios against making the same claim and
+  LoadBalancer Service by hand, at the same concurrency (target: p50 at most 1.2x), and the
+  operator's API requests per attachment (target: at most 8). See ``attach``.
 
-``--quick`` runs 100 attachments and 400 addresses. Targets live here, never in tests; ``run`` returns
-1 when a figure misses its target (``python -m bench`` wires ``run`` in), 0 otherwise.
+``--quick`` runs 100 attachments. Targets live here, never in tests; ``run`` returns 1 when a figure
+misses its target (``python -m bench`` wires ``run`` in), 0 otherwise.
 """
 
 from __future__ import annotations
@@ -25,7 +24,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.endpointattachment import attach, mint
+from bench.endpointattachment import attach
 from bench.endpointattachment.report import Row, table
 from hack.devcluster import LocalControlPlane
 from shared.kube import Kube
@@ -34,17 +33,16 @@ from tests.support.manifests import apply_all, load
 CRD_FILES = (
     "tests/fixtures/helmrelease-crd.yaml",
     "config/crd/endpointattachment/local.sdn.cozystack.io_endpointattachments.yaml",
-    "config/crd/endpointattachment/local.sdn.cozystack.io_ipaddressclaims.yaml",
-    "config/crd/endpointattachment/local.sdn.cozystack.io_ipaddressclasses.yaml",
-    "config/crd/endpointattachment/local.sdn.cozystack.io_ipaddressallocations.yaml",
-    "config/crd/endpointattachment/local.sdn.cozystack.io_serviceproxies.yaml",
+    "tests/fixtures/address-substrate/local.sdn.cozystack.io_ipaddressclasses.yaml",
+    "tests/fixtures/address-substrate/local.sdn.cozystack.io_ipaddresses.yaml",
+    "tests/fixtures/address-substrate/local.sdn.cozystack.io_ipaddressclaims.yaml",
 )
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench endpointattachment", description=__doc__)
-    parser.add_argument("--quick", action="store_true", help="100 attachments, 400 addresses")
-    parser.add_argument("--scenario", choices=("all", "attach", "mint"), default="all")
+    parser.add_argument("--quick", action="store_true", help="100 attachments")
+    parser.add_argument("--scenario", choices=("all", "attach"), default="all")
     parser.add_argument("--attachments", type=int, help="default 1,000 (100 with --quick)")
     parser.add_argument("--apps", type=int, default=4, help="applications whose endpoints are attached")
     parser.add_argument("--in-flight", type=int, default=20, help="objects created and not yet done")
@@ -54,16 +52,12 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--phase-timeout", type=float, help="no new object after this (default 300 s, quick 90 s)"
     )
     parser.add_argument("--operator-workers", type=int, default=8, help="the operator's --workers")
-    parser.add_argument("--mint-workers", type=int, default=4, help="minting processes")
-    parser.add_argument("--addresses", type=int, help="addresses minted in all (default 2,000, quick 400)")
-    parser.add_argument("--mint-prefix", type=int, default=21, help="the minting class is a /N")
     return parser.parse_args(list(argv))
 
 
 def run(argv: Sequence[str] | None = None) -> int:
     args = parse(sys.argv[1:] if argv is None else argv)
     attachments = args.attachments or (100 if args.quick else 1_000)
-    addresses = args.addresses or (400 if args.quick else 2_000)
     attach_options = attach.AttachOptions(
         attachments=attachments,
         apps=args.apps,
@@ -72,9 +66,6 @@ def run(argv: Sequence[str] | None = None) -> int:
         item_timeout=args.item_timeout,
         phase_timeout=args.phase_timeout or (90.0 if args.quick else 300.0),
         operator_workers=args.operator_workers,
-    )
-    mint_options = mint.MintOptions(
-        workers=args.mint_workers, holders=-(-addresses // args.mint_workers), prefix=args.mint_prefix
     )
     started = time.perf_counter()
 
@@ -96,7 +87,6 @@ def run(argv: Sequence[str] | None = None) -> int:
                 _run(
                     args.scenario,
                     attach_options,
-                    mint_options,
                     cluster.kubeconfig,
                     pids,
                     control_plane.dir,
@@ -113,8 +103,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         + (f": {'; '.join(missed)}" if missed else "")
     )
     notes.append(f"took {time.perf_counter() - started:.0f}s")
-    minted = mint_options.workers * mint_options.holders
-    title = f"EndpointAttachment benchmark ({attachments:,} attachments, {minted:,} addresses)"
+    title = f"EndpointAttachment benchmark ({attachments:,} attachments)"
     print(table(title, rows, notes), flush=True)
     return 1 if missed else 0
 
@@ -122,7 +111,6 @@ def run(argv: Sequence[str] | None = None) -> int:
 async def _run(
     scenario: str,
     attach_options: attach.AttachOptions,
-    mint_options: mint.MintOptions,
     kubeconfig: str,
     pids: attach.ClusterPids,
     log_dir: Path,
@@ -138,8 +126,4 @@ async def _run(
         )
         rows += result.rows
         notes += result.notes
-    if scenario in ("all", "mint"):
-        minted = await mint.run(mint_options, kubeconfig, log_dir, say)
-        rows += minted.rows
-        notes += minted.notes
     return rows, notes

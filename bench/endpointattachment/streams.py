@@ -26,11 +26,7 @@ from collections.abc import Callable, Coroutine
 from pathlib import Path
 from typing import Any
 
-from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
-    CILIUM_IPS_ANNOTATION,
-    METALLB_IPS_ANNOTATION,
-)
+from operators.endpointattachment.api import ATTACHMENT_LABEL, METALLB_IPS_ANNOTATION
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import SERVICES
 
@@ -85,7 +81,7 @@ def supervised(coro: Coroutine[Any, Any, None], what: str, say: Callable[[str], 
 
 def provider_address(service: Obj) -> str | None:
     annotations = (service.get("metadata") or {}).get("annotations") or {}
-    address = annotations.get(METALLB_IPS_ANNOTATION) or annotations.get(CILIUM_IPS_ANNOTATION)
+    address = annotations.get(METALLB_IPS_ANNOTATION)
     return str(address) if address else None
 
 

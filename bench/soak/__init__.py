@@ -41,15 +41,17 @@ from bench.endpointattachment.apimetrics import ApiServerMetrics
 from bench.endpointattachment.report import MULTIPLY, Row, table
 from bench.soak import analysis, churn, memwhere
 from hack.devcluster import LocalControlPlane
+from operators.endpointattachment.api import ATTACHMENTS
 from shared.kube import Kube
 from tests.support.loadbalancer import load_balancer
 from tests.support.operators import RunningOperator, operator_process
+from tests.support.substrate import substrate
 from tests.support.waiting import eventually
 
 OPERATORS = {"gpuclass": "operators.gpuclass", "endpointattachment": "operators.endpointattachment"}
 TRACEBACK = "Traceback"
 READY_SECONDS = 120.0  # an operator's caches synced after its start
-SETTLE_SECONDS = 120.0  # after the churn stops, every live attachment is Ready within this
+SETTLE_SECONDS = 120.0  # after the churn stops, every live attachment is Provisioned within this
 
 
 def parse(argv: Sequence[str]) -> argparse.Namespace:
@@ -223,6 +225,8 @@ async def _run(
                     operator_process(module, kubeconfig, args, workdir / f"{name}-operator.log", env)
                 )
             await stack.enter_async_context(load_balancer(kube))
+            # The address substrate's controllers, played by its model (they cannot be built here).
+            await stack.enter_async_context(substrate(kube))
             for name, op in operators.items():
                 await _wait_ready(name, op, READY_SECONDS)
             say(
@@ -265,7 +269,7 @@ async def _run(
                     await churning
                 churned = time.monotonic() - t0
                 samples.append(await sample(churned, driver.counts, api, operators, scraper))
-            say("churn stopped; waiting for every live attachment to be Ready")
+            say("churn stopped; waiting for every live attachment to be Provisioned")
             steady = driver.full_at
             if steady is None:
                 notes_before = ["the populations never filled: the whole run is warm-up"]
@@ -358,17 +362,17 @@ async def _wait_ready(name: str, operator: RunningOperator, within: float) -> No
 
 
 async def _settle(kube: Kube, within: float) -> Row:
-    """Every attachment still alive after the churn is Ready within ``within`` seconds."""
+    """Every attachment still alive after the churn is Provisioned within ``within`` seconds."""
     deadline = time.monotonic() + within
     started = time.monotonic()
     while True:
-        items = (await kube.list(churn.ATTACHMENTS.path(churn.NAMESPACE)))["items"]
+        items = (await kube.list(ATTACHMENTS.path(churn.NAMESPACE)))["items"]
         live = [a for a in items if not a["metadata"].get("deletionTimestamp")]
         ready = [a for a in live if _ready(a)]
         if len(ready) == len(live) or time.monotonic() > deadline:
             took = time.monotonic() - started
             return Row(
-                "live attachments Ready after the churn",
+                "live attachments Provisioned after the churn",
                 f"{len(ready)}/{len(live)} in {took:.1f} s",
                 f"all within {within:.0f} s",
                 len(ready) == len(live),
@@ -379,4 +383,4 @@ async def _settle(kube: Kube, within: float) -> Row:
 def _ready(attachment: dict[str, object]) -> bool:
     status = attachment.get("status")
     conditions = status.get("conditions") if isinstance(status, dict) else None
-    return any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions or [])
+    return any(c.get("type") == "Provisioned" and c.get("status") == "True" for c in conditions or [])

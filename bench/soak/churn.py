@@ -2,14 +2,16 @@
 
 The world, as a hoster and a tenant would have it: the operators' CRDs, Flux's HelmRelease CRD and
 KubeVirt's (with its CR), a few GPU nodes and two GPU classes on one resource name, one tenant
-namespace with ``APPS`` applications (HelmRelease, tenant-facing Service, lineage labels) and one
-``IPAddressClass`` large enough for every attachment alive at once.
+namespace with ``APPS`` applications (HelmRelease, tenant-facing Service, lineage labels), the address
+substrate's CRDs and one ``IPAddressClass`` of its MetalLB driver large enough for every claim alive
+at once (the soak runs the substrate's model and MetalLB beside the operators).
 
 The churn, each kind paced on its own at its rate (``Rates``), each object living until the
 population of its kind is full and it is the oldest:
 
-* attachments: created against a random application's Service, every ``CLAIM_EVERY``-th through an
-  ``IPAddressClaim`` created just before it (and deleted just after it);
+* attachments: created against a random application's Service, minting a claim of their own, every
+  ``CLAIM_EVERY``-th through a reserved ``IPAddressClaim`` created just before it (and deleted just
+  after it);
 * pods: an application's pod (Ready, with an IP: its endpoint slice changes, its attachments
   wake) or a GPU VM's virt-launcher pod on a GPU node (GPUClass's inventory changes), bound to a
   node as a scheduler would, and deleted with no grace (no kubelet here);
@@ -37,25 +39,22 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from operators.endpointattachment.api import ATTACHMENTS, CLAIMS, CLASSES
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube
-from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
-from tests.ea_builders import (
-    for_create,
-    lineage_labels,
-    make_attachment,
-    make_claim,
-    make_class,
-    make_helmrelease,
-    make_service,
+from shared.lineage import (
+    APPLICATION_GROUP_LABEL,
+    APPLICATION_KIND_LABEL,
+    APPLICATION_NAME_LABEL,
+    LABEL_TRUE,
+    TENANT_RESOURCE_LABEL,
 )
+from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.support.manifests import apply_all, load
+from tests.support.substrate import METALLB_PROVISIONER
 from tests.support.waiting import wait_for_object
 
 GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
-ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
-CLAIMS: Final = Resource(GROUP_VERSION, "ipaddressclaims")
-CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
 NAMESPACE: Final = "soak"
 KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
 CLASS_NAME: Final = "soak-pool"
@@ -68,15 +67,10 @@ CRD_FILES: Final = (
     "tests/fixtures/helmrelease-crd.yaml",
     "tests/fixtures/kubevirt-crd.yaml",
     "config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml",
+    "config/crd/endpointattachment/local.sdn.cozystack.io_endpointattachments.yaml",
     *(
-        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
-        for plural in (
-            "endpointattachments",
-            "ipaddressclaims",
-            "ipaddressclasses",
-            "ipaddressallocations",
-            "serviceproxies",
-        )
+        f"tests/fixtures/address-substrate/local.sdn.cozystack.io_{plural}.yaml"
+        for plural in ("ipaddressclaims", "ipaddressclasses", "ipaddresses")
     ),
 )
 # The issue's trial: 600 attachments and 1,800 pods churned in 10 minutes; the soak asks ten times.
@@ -129,26 +123,53 @@ async def install_world(kube: Kube) -> None:
             spec["tolerations"] = [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}]
         body = {"apiVersion": GPUCLASSES.api_version, "kind": "GPUClass", "metadata": {"name": name}}
         await kube.create(GPUCLASSES.path(), {**body, "spec": spec})
-    await kube.create(CLASSES.path(), for_create(make_class(CLASS_NAME, cidrs=[POOL])))
+    address_class = {
+        "apiVersion": GROUP_VERSION,
+        "kind": "IPAddressClass",
+        "metadata": {"name": CLASS_NAME},
+        "spec": {
+            "provisioner": METALLB_PROVISIONER,
+            "reclaimPolicy": "Delete",
+            "parameters": {"addresses": [POOL]},
+        },
+    }
+    await kube.create(CLASSES.path(), address_class)
     for app in range(APPS):
         name = f"app{app}"
-        release = for_create(
-            make_helmrelease(
-                f"postgres-{name}",
-                NAMESPACE,
-                labels=lineage_labels(kind="Postgres", name=name, tenant_facing=False),
-            )
-        )
+        release = {
+            "apiVersion": HELMRELEASES.api_version,
+            "kind": "HelmRelease",
+            "metadata": {"name": f"postgres-{name}", "labels": lineage(name)},
+            "spec": {
+                "interval": "5m",
+                "chart": {
+                    "spec": {"chart": "postgres", "sourceRef": {"kind": "HelmRepository", "name": "apps"}}
+                },
+            },
+        }
         await kube.create(HELMRELEASES.path(NAMESPACE), release)
-        service = for_create(
-            make_service(
-                f"{name}-rw",
-                NAMESPACE,
-                labels=lineage_labels(kind="Postgres", name=name, tenant_facing=True),
-                selector={"app": name},
-            )
-        )
+        service = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": f"{name}-rw",
+                "labels": {**lineage(name), TENANT_RESOURCE_LABEL: LABEL_TRUE},
+            },
+            "spec": {
+                "selector": {"app": name},
+                "ports": [{"name": "postgres", "port": 5432, "targetPort": 5432}],
+            },
+        }
         await kube.create(SERVICES.path(NAMESPACE), service)
+
+
+def lineage(app: str) -> dict[str, str]:
+    """The lineage labels of a Postgres application ``app``, as Cozystack's webhook writes them."""
+    return {
+        APPLICATION_GROUP_LABEL: "apps.cozystack.io",
+        APPLICATION_KIND_LABEL: "Postgres",
+        APPLICATION_NAME_LABEL: app,
+    }
 
 
 async def create_node(kube: Kube, name: str) -> None:
@@ -206,17 +227,31 @@ class Churn:
     async def _attachment_lifecycle_start(self) -> None:
         n = next(self.serial)
         name = f"soak-{n}"
-        endpoint = f"app{self.rng.randrange(APPS)}-rw"
+        app = f"app{self.rng.randrange(APPS)}"
         claim: str | None = None
         if n % CLAIM_EVERY == 0:
             claim = f"soak-claim-{n}"
-            body = for_create(make_claim(claim, NAMESPACE, class_name=CLASS_NAME, address=None, phase=None))
-            if not await self._change("claim", True, lambda: self.kube.create(CLAIMS.path(NAMESPACE), body)):
+            reserved = {
+                "apiVersion": GROUP_VERSION,
+                "kind": "IPAddressClaim",
+                "metadata": {"name": claim, "namespace": NAMESPACE},
+                "spec": {"className": CLASS_NAME},
+            }
+            if not await self._change(
+                "claim", True, lambda: self.kube.create(CLAIMS.path(NAMESPACE), reserved)
+            ):
                 return
-        built = make_attachment(
-            name, NAMESPACE, endpoint=endpoint, class_name=CLASS_NAME, claim_name=claim, owner_uid=None
-        )
-        body = for_create(built)
+        load_balancer = {"claimName": claim} if claim else {"className": CLASS_NAME}
+        body = {
+            "apiVersion": GROUP_VERSION,
+            "kind": "EndpointAttachment",
+            "metadata": {"name": name, "namespace": NAMESPACE},
+            "spec": {
+                "applicationRef": {"kind": "Postgres", "name": app},
+                "endpoint": {"serviceName": f"{app}-rw"},
+                "loadBalancer": load_balancer,
+            },
+        }
         if await self._change(
             "attachment", True, lambda: self.kube.create(ATTACHMENTS.path(NAMESPACE), body)
         ):

@@ -17,10 +17,10 @@ Decides: the glue, and only the glue.
   application and its lineage labels) in one patch, a minted claim (then decides again at once: the
   write's answer is already in the cache), surplus claims and Services of ours deleted, the Service
   created, patched or deleted, the one ``PROGRAMMED_ANNOTATION`` touch, and the status. The pass
-  that creates the Service holds its status back (``STATUS_HOLD_SECONDS``) while it only waits for
-  the load balancer: the answer usually comes first and the pass it wakes writes the status once,
-  Provisioned. A pass never decides while a substrate CRD is established but its informer has not
-  listed yet (it looks again in ``CATCH_UP_SECONDS``).
+  that mints the claim or creates the Service holds the status back (``STATUS_HOLD_SECONDS``) while
+  it only waits for the substrate's or the load balancer's answer: the answer usually comes first
+  and the pass it wakes writes the status once, Provisioned. A pass never decides while a substrate
+  CRD is established but its informer has not listed yet (it looks again in ``CATCH_UP_SECONDS``).
 * the API's refusal of the Service (400, 403, 422) is remembered per attachment
   (``reconcile.ServiceRefusal``) and handed to the next decision, which reports it and does not send
   the same request again; no traceback, no backoff loop. What is remembered is lost on a restart:
@@ -100,7 +100,7 @@ from shared.runtime.controller import (
 )
 from shared.runtime.manager import Manager
 from shared.runtime.served import CRDS, crd_name, established
-from shared.runtime.writes import Writer, blocks_deletion_of, sets_owner_references
+from shared.runtime.writes import Finalizer, Writer, blocks_deletion_of, sets_owner_references
 from shared.telemetry.metrics import on_loop
 from shared.telemetry.tracing import current_pass
 
@@ -110,15 +110,17 @@ log = logging.getLogger("endpointattachment")
 # never by kopf: kopf only runs the process and has no resource handler, so kopf's own finalizer
 # must merely be another name (KOPF_FINALIZER, which it then never adds).
 FINALIZER: Final = "endpointattachment.local.sdn.cozystack.io/finalizer"
+HOLD: Final = Finalizer(FINALIZER, ATTACHMENTS)
 KOPF_FINALIZER: Final = "endpointattachment.operator.cozystack.io/kopf"
 # kopf's annotation prefix: ours alone, never shared with the GPUClass operator or kopf's default.
 STORAGE_PREFIX: Final = "endpointattachment.operator.cozystack.io"
 
 # Rounds of decide-and-apply in one pass before it yields its worker (a mint, then the claim seen).
 MAX_ROUNDS_PER_PASS: Final = 4
-# A pass that has just created the rendered Service writes no status: the load balancer's answer
-# usually comes first, and the pass it wakes writes the status once (Provisioned). When it does not
-# come within this hold, a re-check writes WaitingForAddress. One status write, not two.
+# A pass that has just minted the claim or created the rendered Service writes no status: the
+# substrate's binding and the load balancer's answer usually come first, and the pass they wake
+# writes the status once (Provisioned). When they do not come within this hold, a re-check writes
+# ClaimPending or WaitingForAddress. One status write, not three.
 STATUS_HOLD_SECONDS: Final = 1.0
 # The shortest timed re-check a pass asks for (a deadline just past is not a busy loop).
 MIN_RECHECK_SECONDS: Final = 0.05
@@ -279,7 +281,8 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
         Watch(HELMRELEASES, attachments_of_helmrelease, (labels_changed,)),
     ),
     writes=(
-        Write(ATTACHMENTS, ("patch",)),  # our finalizer, the owner reference and lineage labels
+        HOLD.writes,  # our finalizer, with the owner reference and lineage labels
+        Write(ATTACHMENTS, ("patch",)),  # the owner reference and lineage labels (kopf's annotations)
         sets_owner_references(ATTACHMENTS),  # that owner reference, where admission enforces it
         blocks_deletion_of(ATTACHMENTS),  # the Service's and the claim's blockOwnerDeletion reference
         Write(ATTACHMENTS, ("patch",), "status"),
@@ -296,10 +299,6 @@ def _read(*objects: Mapping[str, Any] | None) -> None:
     report = current_pass()
     if report is not None:
         report.read(*objects)
-
-
-def _finalizers(obj: Mapping[str, Any]) -> list[str]:
-    return list((obj.get("metadata") or {}).get("finalizers") or [])
 
 
 class _Applied(enum.Enum):
@@ -364,12 +363,8 @@ class AttachmentReconciler:
             self._forget(key)
             await self._finalize(attachment, plan)
             return None
-        attachment = await self.writer.ensure_metadata(
-            ATTACHMENTS,
-            attachment,
-            finalizer=FINALIZER,
-            owner_reference=plan.owner_reference,
-            labels=plan.labels,
+        attachment = await HOLD.hold(
+            self.writer, attachment, owner_reference=plan.owner_reference, labels=plan.labels
         )
         for surplus in plan.delete_claims:
             log.info("%s/%s: deleting claim %s, a second mint", *key, key_of(surplus)[1])
@@ -379,6 +374,7 @@ class AttachmentReconciler:
             await self._delete_service(surplus)
         if plan.mint is not None:
             await self.writer.create(CLAIMS, plan.mint)
+            self._holding[key] = self.clock() + STATUS_HOLD_SECONDS
             return 0.0
         now = self.clock()
         applied = await self._apply_service(key, plan)
@@ -412,7 +408,7 @@ class AttachmentReconciler:
         if until is None:
             return None
         remaining = until - now
-        if remaining > 0 and plan.waits_for_load_balancer:
+        if remaining > 0 and plan.waits_for_answer:
             return remaining
         del self._holding[key]
         return None
@@ -420,14 +416,14 @@ class AttachmentReconciler:
     async def _finalize(self, attachment: Obj, plan: Plan) -> None:
         """Our Services first; once they are gone (their deletion wakes the pass through ``owns``),
         our finalizer. The minted claim goes with the attachment, by garbage collection."""
-        if FINALIZER not in _finalizers(attachment):
+        if not HOLD.releasing(attachment):
             return
         for service in (plan.service, *plan.surplus_services):
             if service is not None:
                 await self._delete_service(service)
         if plan.waits_for_service:
             return
-        await self.writer.remove_finalizer(ATTACHMENTS, attachment, FINALIZER)
+        await HOLD.release(self.writer, attachment)
 
     async def _delete_service(self, service: Mapping[str, Any]) -> None:
         """Delete a Service of ours (the UID precondition: only the very Service we judged ours), then

@@ -6,10 +6,10 @@ Decides, on every pass:
   controller: Flux's controller does not manage attachments; ``blockOwnerDeletion`` false, so
   deleting an application is never held up by its attachments) and the application's three
   lineage labels.
+- what is published and, in the VM modes, whether the datapath admits it (below), before any claim
+  is minted: an attachment that could never render never takes an address.
 - the claim, only once ``Resolved`` is True (a typo or a leftover of a deleted application never
-  mints, and never holds a reserved claim) and something can be published (below: no address is
-  drawn for ``NothingToPublish``, ``DatapathContractUnavailable`` or PortList ports that need
-  translation, all decided before the claim): a referenced claim (``claimName``) must exist and not be
+  mints, and never holds a reserved claim): a referenced claim (``claimName``) must exist and not be
   being deleted (``ClaimNotFound``) and be of the family asked for (``FamilyConflict``); it is never
   written. Otherwise the claim this attachment controls is used (the oldest, if a lost create
   answer left two: the others are deleted) or, with none, one is minted (``render.render_claim``)
@@ -18,12 +18,10 @@ Decides, on every pass:
 - ``ClaimInUse``: one of the claim's addresses has ``status.associatedTo`` naming a live Service of
   the namespace that is not ours, or, while we have no Service, another live Service names the
   claim: the driver serves one Service per claim, so ours is not rendered (or is withdrawn).
-- what is published, before the claim: the endpoint's selector and ``render.publish_ports``; no
-  selector, an ExternalName endpoint, or no port: ``NothingToPublish``; in a VM mode the platform's
-  declaration for the family asked (the attachment's, else the referenced claim's, else IPv4) and
-  PortList ports without translation, which no claim can change.
-- the VM modes (``datapath.admit``), before anything renders: the platform's declaration for the
-  claim's family (``DatapathContractUnavailable``), PortList ports without translation (``RenderFailed``), one
+- what is published: the endpoint's selector and ``render.publish_ports``; no selector, an
+  ExternalName endpoint, or no port: ``NothingToPublish``.
+- the VM modes (``datapath.admit``), before anything renders: the platform's declaration
+  (``DatapathContractUnavailable``), PortList ports without translation (``RenderFailed``), one
   ready backend by the endpoint's EndpointSlices (``MultipleBackends``), exclusivity per selected
   pod (``BackendAlreadyDelegated`` naming the winner).
 - the rendered Service (only with the claim ``Bound``): created when there is none of ours,
@@ -68,7 +66,6 @@ from operators.endpointattachment.api import (
     DEFAULT_CLAIM_FAMILY,
     HELMRELEASE_GROUP,
     HELMRELEASE_KIND,
-    METHOD_PORT_LIST,
     PHASE_ATTACHED,
     PHASE_DETACHED,
     PHASE_PENDING,
@@ -80,8 +77,6 @@ from operators.endpointattachment.api import (
 from operators.endpointattachment.datapath import (
     ProxiedService,
     admit,
-    check_port_list,
-    find_proxy,
     programmed_backends,
     programmed_token,
     rank_of,
@@ -242,10 +237,11 @@ class Plan:
         return next((c for c in self.conditions if c.type == PROVISIONED), None)
 
     @property
-    def waits_for_load_balancer(self) -> bool:
-        """Everything is in place but the load balancer's answer."""
+    def waits_for_answer(self) -> bool:
+        """Everything is in place but another component's answer: the substrate binding the claim
+        just minted, or the load balancer announcing the address."""
         found = self.provisioned
-        return found is not None and found.reason == REASON_WAITING_FOR_ADDRESS
+        return found is not None and found.reason in (REASON_WAITING_FOR_ADDRESS, REASON_CLAIM_PENDING)
 
     def status_patch(self, stored_status: Mapping[str, Any] | None, now: str) -> JsonPatch:
         """The JSON patch that stores this plan's status; empty when nothing changes (or finalizing)."""
@@ -347,7 +343,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
             return dark(REASON_ENDPOINT_DETACHED, message, PHASE_DETACHED)
         return dark(REASON_UNRESOLVED, f"nothing is claimed or rendered until resolved: {resolution.message}")
 
-    # --- what can be published, before any claim: no address is drawn for what cannot be ----------
+    # --- what is published -----------------------------------------------------------------------
     endpoint = observed.endpoint or {}
     endpoint_spec = endpoint.get("spec") or {}
     selector = endpoint_spec.get("selector")
@@ -365,13 +361,24 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
             "to publish, or a method",
         )
     selector = {str(k): str(v) for k, v in selector.items()}
+    # The family the VM datapath is judged for: the claim's, or the one a mint will ask for.
+    family = claim_family(claim) if claim is not None else (spec.family or DEFAULT_CLAIM_FAMILY)
     if spec.vm_mode:
-        asked = spec.family or (claim_family(claim) if claim is not None else DEFAULT_CLAIM_FAMILY)
-        declared = find_proxy(observed.settings.proxy_name, spec.method, asked)
-        if declared.ok and spec.method == METHOD_PORT_LIST:
-            declared = check_port_list(ports)
-        if not declared.ok:
-            return dark(declared.reason, declared.message)
+        slices = observed.endpoint_slices
+        verdict = admit(
+            mode=spec.method,
+            family=family,
+            ports=ports,
+            backends=ready_backends(slices),
+            proxy_name=observed.settings.proxy_name,
+            me=rank_of(attachment),
+            my_service=(str(_meta(attachment).get("namespace")), str(_meta(existing).get("name") or "")),
+            others=observed.rivals,
+            selected=selected_pods(selector, observed.pods) | slice_pods(slices),
+            selector=selector,
+        )
+        if not verdict.ok:
+            return dark(verdict.reason, verdict.message)
 
     # --- the claim -------------------------------------------------------------------------------
     if not observed.substrate:
@@ -403,22 +410,6 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         )
 
     family = claim_family(claim)
-    if spec.vm_mode:
-        slices = observed.endpoint_slices
-        verdict = admit(
-            mode=spec.method,
-            family=family,
-            ports=ports,
-            backends=ready_backends(slices),
-            proxy_name=observed.settings.proxy_name,
-            me=rank_of(attachment),
-            my_service=(str(_meta(attachment).get("namespace")), str(_meta(existing).get("name") or "")),
-            others=observed.rivals,
-            selected=selected_pods(selector, observed.pods) | slice_pods(slices),
-            selector=selector,
-        )
-        if not verdict.ok:
-            return dark(verdict.reason, verdict.message)
 
     # --- the Service -----------------------------------------------------------------------------
     load_balancer_class = str(((observed.claim_class or {}).get("spec") or {}).get("loadBalancerClass") or "")

@@ -5,9 +5,10 @@ Decides:
 * **status** is written by a JSON patch behind a ``test`` of the object's UID, so a patch meant for
   one incarnation never lands on a successor of the same name; nothing is sent when the patch is
   empty; a 404 means "gone" (None), a refused ``test`` or a 409 is a ``Conflict`` (retry the key);
-* **finalizers and owner references** are added by one JSON patch (also UID-guarded) and a
+* **finalizers, owner references and labels** are added by one JSON patch (also UID-guarded) and a
   finalizer is removed behind a ``test`` of its index, so a concurrent writer of another finalizer
-  is never erased;
+  is never erased; ``Finalizer`` is that protocol for one finalizer of ours (hold, releasing,
+  release);
 * creates and merge patches carry the current pass's traceparent annotation (so the next pass over
   the object links to the pass that wrote it); status writes never do;
 * **write-through**: the answer of each write is handed to the kind's informer (``remember``), so a
@@ -196,3 +197,37 @@ def blocks_deletion_of(owner: Resource) -> Write:
     needs under the same plugin: ``update`` on the owner's ``finalizers`` subresource (only who may
     finalize an owner may hold up its foreground deletion). Never sent as a request."""
     return Write(owner, ("update",), "finalizers")
+
+
+class Finalizer:
+    """One finalizer of ours on one kind, the whole protocol in one place (as Operator SDK's helper):
+    ``hold`` adds it where missing (with the other metadata the pass adds, in one guarded patch),
+    ``releasing`` says an object is being deleted and still held by it (the pass must release what it
+    holds for the object), ``release`` removes it once that is done. ``writes`` is what it needs for
+    RBAC (a patch of the kind), for the wiring to declare."""
+
+    def __init__(self, name: str, resource: Resource) -> None:
+        self.name, self.resource = name, resource
+        self.writes = Write(resource, ("patch",))
+
+    def held(self, obj: Mapping[str, Any]) -> bool:
+        return self.name in ((obj.get("metadata") or {}).get("finalizers") or [])
+
+    def releasing(self, obj: Mapping[str, Any]) -> bool:
+        """Being deleted, and still ours to release."""
+        return bool((obj.get("metadata") or {}).get("deletionTimestamp")) and self.held(obj)
+
+    async def hold(
+        self,
+        writer: Writer,
+        obj: Obj,
+        *,
+        owner_reference: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Obj:
+        return await writer.ensure_metadata(
+            self.resource, obj, finalizer=self.name, owner_reference=owner_reference, labels=labels
+        )
+
+    async def release(self, writer: Writer, obj: Obj) -> Obj | None:
+        return await writer.remove_finalizer(self.resource, obj, self.name)

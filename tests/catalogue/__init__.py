@@ -1,5 +1,6 @@
 """The bad-input catalogue: every bad object or update a careless hoster or a hostile tenant can send
-to the six kinds, and the answer each must get (issue 12). Run by
+to the operators' two kinds (EndpointAttachment, GPUClass), and the answer each must get (issues 12
+and 16). Run by
 tests/integration/test_bad_input_catalogue.py; ``python -m tests.catalogue`` prints its counts.
 
 Decides: the table (``ROWS``: admission rows from ``admission``, operator rows from ``operated``) and

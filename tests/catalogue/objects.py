@@ -12,17 +12,17 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
-from operators.endpointattachment.constants import (
-    API_VERSION,
-    ENDPOINT_ATTACHMENT_KIND,
-    IP_ADDRESS_ALLOCATION_KIND,
-    IP_ADDRESS_CLAIM_KIND,
-    IP_ADDRESS_CLASS_KIND,
-    SERVICE_PROXY_KIND,
-)
+from shared.lineage import LABEL_TRUE
 from tests.catalogue.model import TENANT, Obj
 from tests.support.ea_cluster import NODE
+from tests.support.substrate import API_VERSION as SUBSTRATE_API_VERSION
+from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
 
+EA_API_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
+ENDPOINT_ATTACHMENT_KIND: Final = "EndpointAttachment"
+# The address substrate's kinds (its CRDs, tests/fixtures/address-substrate/), same group and version.
+IP_ADDRESS_CLASS_KIND: Final = "IPAddressClass"
+IP_ADDRESS_CLAIM_KIND: Final = "IPAddressClaim"
 GPU_API_VERSION: Final = "gpu.cozystack.io/v1alpha1"
 GPU_CLASS_KIND: Final = "GPUClass"
 HELMRELEASE_API_VERSION: Final = "helm.toolkit.fluxcd.io/v2"
@@ -37,6 +37,7 @@ CYRILLIC_A: Final = "\u0430"  # looks like "a"
 CLASS: Final = "cat-v4"
 CLASS_CIDR: Final = "198.51.100.0/28"
 # The tenant's application and its tenant-facing Service.
+APP_KIND: Final = "Postgres"
 APP: Final = "db"
 ENDPOINT: Final = "postgres-db-rw"
 APP_SELECTOR: Final = {"app": "cat-db"}
@@ -65,57 +66,70 @@ def attachment(
     class_name: str | None = CLASS,
     claim: str | None = None,
     namespace: str = TENANT,
-    **spec: Any,
+    kind: str = APP_KIND,
+    app: str = APP,
+    **load_balancer: Any,
 ) -> Obj:
-    address: Obj = {"claimName": claim} if claim else {"className": class_name}
+    """An attachment as Cozystack documents it: ``app``'s ``endpoint``, minted from ``class_name``
+    (None: the default class) or using the reserved ``claim``; ``load_balancer`` adds the rest of
+    spec.loadBalancer (family, ports, method, allowICMP)."""
+    lb: Obj = {"claimName": claim} if claim else ({"className": class_name} if class_name else {})
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": EA_API_VERSION,
         "kind": ENDPOINT_ATTACHMENT_KIND,
         "metadata": meta(name, namespace),
-        "spec": {"endpoint": {"name": endpoint}, "address": address, **spec},
+        "spec": {
+            "applicationRef": {"kind": kind, "name": app},
+            "endpoint": {"serviceName": endpoint},
+            "loadBalancer": {**lb, **load_balancer},
+        },
     }
 
 
 def claim(
-    name: str = "cat-claim", *, class_name: str = CLASS, address: str | None = None, namespace: str = TENANT
+    name: str = "cat-claim",
+    *,
+    class_name: str | None = CLASS,
+    family: str | None = None,
+    namespace: str = TENANT,
 ) -> Obj:
-    spec: Obj = {"className": class_name}
-    if address is not None:
-        spec["address"] = address
+    """A substrate IPAddressClaim (its CRD's shape): of ``class_name`` (None: the default class)."""
+    spec: Obj = {}
+    if class_name is not None:
+        spec["className"] = class_name
+    if family is not None:
+        spec["family"] = family
     return {
-        "apiVersion": API_VERSION,
+        "apiVersion": SUBSTRATE_API_VERSION,
         "kind": IP_ADDRESS_CLAIM_KIND,
         "metadata": meta(name, namespace),
         "spec": spec,
     }
 
 
-def address_class(name: str = "cat-class", cidrs: Sequence[str] | None = (CLASS_CIDR,), **spec: Any) -> Obj:
-    body: Obj = dict(spec)
-    if cidrs is not None:
-        body["cidrs"] = list(cidrs)
-    return {"apiVersion": API_VERSION, "kind": IP_ADDRESS_CLASS_KIND, "metadata": meta(name), "spec": body}
-
-
-def allocation(address: str = "198.51.100.200", name: str | None = None, **holder: Any) -> Obj:
-    held_by = {
-        "kind": ENDPOINT_ATTACHMENT_KIND,
-        "namespace": "tenant-a",
-        "name": "db",
-        "uid": "u-1",
-        **holder,
-    }
+def address_class(
+    name: str = "cat-class",
+    cidrs: Sequence[str] = (CLASS_CIDR,),
+    *,
+    default: bool = False,
+    provisioner: str = METALLB_PROVISIONER,
+) -> Obj:
+    """A substrate IPAddressClass served by ``provisioner`` from ``cidrs``; reclaim Delete, so an
+    address a row minted goes with its claim (the runner checks nothing is left); the default class
+    for claims naming none with ``default``."""
+    metadata = meta(name)
+    if default:
+        metadata["annotations"] = {DEFAULT_CLASS_ANNOTATION: LABEL_TRUE}
     return {
-        "apiVersion": API_VERSION,
-        "kind": IP_ADDRESS_ALLOCATION_KIND,
-        "metadata": meta(name or address),
-        "spec": {"address": address, "className": CLASS, "holder": held_by},
+        "apiVersion": SUBSTRATE_API_VERSION,
+        "kind": IP_ADDRESS_CLASS_KIND,
+        "metadata": metadata,
+        "spec": {
+            "provisioner": provisioner,
+            "reclaimPolicy": "Delete",
+            "parameters": {"addresses": list(cidrs)},
+        },
     }
-
-
-def service_proxy(name: str = "cat-proxy", proxy_name: str = "cozy-proxy", **spec: Any) -> Obj:
-    body: Obj = {"serviceProxyName": proxy_name, "modes": ["PortList", "WholeIP"], **spec}
-    return {"apiVersion": API_VERSION, "kind": SERVICE_PROXY_KIND, "metadata": meta(name), "spec": body}
 
 
 def service(
@@ -125,6 +139,7 @@ def service(
     selector: Mapping[str, str] | None = APP_SELECTOR,
     ports: Sequence[Mapping[str, Any]] | None = None,
     namespace: str = TENANT,
+    annotations: Mapping[str, str] | None = None,
     **spec: Any,
 ) -> Obj:
     body: Obj = {
@@ -138,6 +153,8 @@ def service(
     metadata = meta(name, namespace)
     if labels:
         metadata["labels"] = dict(labels)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
     return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": body}
 
 

@@ -7,8 +7,11 @@ EndpointAttachment operator and one GPUClass operator (subprocesses under their 
 with the test load balancer): a row's objects are created, the operator's answer is awaited, the row's
 objects are deleted again; then nothing else may have changed (the sentinels' objects, statuses and
 rendered Service keep their resourceVersions), no operator logged a traceback, both are idle again
-within seconds (CPU time from /proc/<pid>/stat), and every IPAddressAllocation left is held by a live
-holder, once (nothing leaked, nothing doubled).
+within seconds (CPU time from /proc/<pid>/stat), the substrate's IPAddresses are those of the
+sentinels again (the catalogue's classes reclaim with Delete: nothing leaked), and no address is
+Provisioned on two attachments. The address substrate is its real CRDs and the model of its
+controllers (tests/support/substrate.py); the group ``datapath`` runs the operator with the
+platform's cozy-proxy contract declared.
 
 ``python -m tests.catalogue`` prints the refused / conditioned / handled counts of the table.
 """
@@ -29,13 +32,14 @@ import pytest
 from hack.devcluster import ClusterInfo
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
-from shared.resources import NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
+from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
 from tests.catalogue import ROWS
 from tests.catalogue.admission import CHANGES_TRIED, FIELDS_TRIED
 from tests.catalogue.model import (
     MAX_MESSAGE,
     OTHER,
     REGEX_TELLS,
+    SENTINEL_SERVICE,
     TENANT,
     Expect,
     Operated,
@@ -43,14 +47,25 @@ from tests.catalogue.model import (
     Step,
     Update,
 )
-from tests.catalogue.objects import CLASS, address_class, attachment, claim, gpu_class, helmrelease, service
-from tests.catalogue.operated import ready_pod
+from tests.catalogue.objects import (
+    APP,
+    APP_KIND,
+    CLASS,
+    address_class,
+    attachment,
+    claim,
+    gpu_class,
+    helmrelease,
+    service,
+)
+from tests.catalogue.operated import PROVISIONED, REASON_PROVISIONED, ready_pod
 from tests.ea_builders import lineage_labels
-from tests.support.ea_cluster import ea_crds_and_node, ea_operator
+from tests.support.ea_cluster import NODE, ea_operator
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process
+from tests.support.substrate import BOUND, REASON_BOUND, substrate
 from tests.support.waiting import eventually, wait_for_object
 
 FIELD_MANAGER = "cozystack-catalogue"
@@ -59,28 +74,26 @@ KINDS: dict[str, Resource] = {
     "EndpointAttachment": Resource(GROUP_VERSION, "endpointattachments"),
     "IPAddressClaim": Resource(GROUP_VERSION, "ipaddressclaims"),
     "IPAddressClass": Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False),
-    "IPAddressAllocation": Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False),
-    "ServiceProxy": Resource(GROUP_VERSION, "serviceproxies", namespaced=False),
+    "IPAddress": Resource(GROUP_VERSION, "ipaddresses", namespaced=False),
     "GPUClass": GPUCLASSES,
     "Service": Resource("v1", "services"),
     "Pod": Resource("v1", "pods"),
     "HelmRelease": Resource("helm.toolkit.fluxcd.io/v2", "helmreleases"),
     "Namespace": NAMESPACES,
 }
+# Ours, and the prerequisites a hoster installs: Flux's HelmRelease and the address substrate's CRDs.
 CRD_FILES = (
     "tests/fixtures/helmrelease-crd.yaml",
     "config/crd/gpuclass/gpu.cozystack.io_gpuclasses.yaml",
+    "config/crd/endpointattachment/local.sdn.cozystack.io_endpointattachments.yaml",
     *(
-        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
-        for plural in (
-            "endpointattachments",
-            "ipaddressclaims",
-            "ipaddressclasses",
-            "ipaddressallocations",
-            "serviceproxies",
-        )
+        f"tests/fixtures/address-substrate/local.sdn.cozystack.io_{plural}.yaml"
+        for plural in ("ipaddressclasses", "ipaddresses", "ipaddressclaims")
     ),
 )
+# The groups whose EndpointAttachment operator runs with the platform's cozy-proxy contract declared
+# (the operator's flag for it; every other group runs without, the default).
+DATAPATH_ARGS: dict[str, tuple[str, ...]] = {"datapath": ("--cozy-proxy-contract-implemented",)}
 # A run of this many identical characters in a message is an echo of a huge value.
 ECHO = "a" * 200
 
@@ -202,8 +215,7 @@ async def test_refused_at_admission(kube: Kube, admission_namespace: str, row: R
         await kube.delete(path_of(created))  # accepted after all: leave nothing behind
         pytest.fail(f"{row.id}: accepted, but should be refused with {row.says!r}")
 
-    if obj["kind"] != "IPAddressAllocation":  # an allocation's name is its address
-        obj["metadata"]["name"] = row_name(row.id, obj["kind"])
+    obj["metadata"]["name"] = row_name(row.id, obj["kind"])
     stored = await kube.apply(path_of(obj), obj, FIELD_MANAGER)
     try:
         if row.status is not None:
@@ -229,6 +241,9 @@ KUBEVIRT_NAMESPACE = "cozy-kubevirt"
 SENTINEL_CLASS = address_class("cat-sentinel", cidrs=["198.51.100.64/28"])
 SENTINEL_ATTACHMENT = attachment("cat-sentinel", class_name="cat-sentinel")
 SENTINEL_CLAIM = claim("cat-sentinel-claim", class_name="cat-sentinel")
+SENTINEL_ATTACHED = Expect(
+    "EndpointAttachment", "cat-sentinel", REASON_PROVISIONED, "True", PROVISIONED, namespace=TENANT
+)
 SENTINEL_GPU = gpu_class("cat-gpu-sentinel", "nvidia.com/GA100_A100_SXM4_80GB")
 # An operator is idle when it uses less than this share of one core over a sampling window...
 IDLE_SHARE = 0.2
@@ -284,13 +299,15 @@ class Harness:
         self.tenant = self.other = ""
         self.operators: list[RunningOperator] = []
         self.sentinel_paths: list[str] = []
-        self.baseline_allocations: set[str] = set()
+        self.sentinel_service = ""
+        self.baseline_addresses: set[str] = set()
         # Each operator's CPU share once idle again, after each row (printed at the end).
         self.idle_shares: list[float] = []
 
     @property
     def namespaces(self) -> dict[str, str]:
-        return {TENANT: self.tenant, OTHER: self.other}
+        """The placeholders' values: the group's namespaces and its sentinel's rendered Service."""
+        return {TENANT: self.tenant, OTHER: self.other, SENTINEL_SERVICE: self.sentinel_service}
 
     async def enter(self, group: str) -> None:
         if group == self.group:
@@ -316,48 +333,48 @@ class Harness:
         made: list[Obj] = []
         try:
             async with contextlib.AsyncExitStack() as stack:
+                await stack.enter_async_context(load_balancer(kube))
+                await stack.enter_async_context(substrate(kube))
                 ea_running = await stack.enter_async_context(
-                    ea_operator(kube, self.cluster, self.tmp / group, log_name="ea.log")
+                    ea_operator(
+                        kube,
+                        self.cluster,
+                        self.tmp / group,
+                        log_name="ea.log",
+                        extra_args=DATAPATH_ARGS.get(group, ()),
+                    )
                 )
                 gpu_running = await stack.enter_async_context(self.gpu_operator(group))
                 self.operators = [ea_running, gpu_running]
-                await stack.enter_async_context(load_balancer(kube))
                 for obj in self.world_objects():
                     made.append(await self.create(obj))
                 for step in ready_pod("cat-vm-0", "10.244.8.10"):
                     await self.do(step, made)
                 for obj in (SENTINEL_CLASS, SENTINEL_CLAIM, SENTINEL_ATTACHMENT, SENTINEL_GPU):
                     made.append(await self.create(obj))
-                await self.answer(
-                    Expect("EndpointAttachment", "cat-sentinel", "Published", "True", namespace=TENANT)
-                )
-                await self.answer(
-                    Expect("IPAddressClaim", "cat-sentinel-claim", "Reserved", "True", namespace=TENANT)
-                )
-                await self.answer(
-                    Expect("GPUClass", "cat-gpu-sentinel", "NoEligibleNodes", namespace=""),
-                    timeout=WORLD_TIMEOUT,
-                )
-                # The class's own status settles last (its counts follow the two allocations).
+                sentinel = await self.answer(SENTINEL_ATTACHED, timeout=WORLD_TIMEOUT)
                 await self.answer(
                     Expect(
-                        "IPAddressClass",
-                        "cat-sentinel",
-                        namespace="",
-                        check=lambda obj, ctx: (obj.get("status") or {}).get("allocated") == 2,
-                    ),
+                        "IPAddressClaim", "cat-sentinel-claim", REASON_BOUND, "True", BOUND, namespace=TENANT
+                    )
+                )
+                await self.answer(
+                    Expect("GPUClass", "cat-gpu-sentinel", "NoEligibleNodes", type="Ready", namespace=""),
                     timeout=WORLD_TIMEOUT,
                 )
+                self.sentinel_service = sentinel["status"]["serviceName"]
                 self.sentinel_paths = [
                     path_of(resolve(o, self.namespaces))
                     for o in (SENTINEL_CLASS, SENTINEL_CLAIM, SENTINEL_ATTACHMENT, SENTINEL_GPU)
                 ] + [
-                    SERVICES.path(self.tenant, "ea-cat-sentinel"),
+                    SERVICES.path(self.tenant, self.sentinel_service),
+                    KINDS["IPAddressClaim"].path(self.tenant, sentinel["status"]["claimName"]),
                     SERVICES.path(self.tenant, "postgres-db-rw"),
                     KINDS["HelmRelease"].path(self.tenant, "postgres-db"),
                 ]
-                self.baseline_allocations = await self.allocations()
-                assert len(self.baseline_allocations) == 2, self.baseline_allocations
+                # The sentinel attachment's minted address and the sentinel claim's.
+                self.baseline_addresses = await self.addresses()
+                assert len(self.baseline_addresses) == 2, self.baseline_addresses
                 yield
                 for obj in reversed(made):
                     await self.remove(obj)
@@ -369,9 +386,9 @@ class Harness:
 
     def world_objects(self) -> list[Obj]:
         return [
-            helmrelease("postgres-db", lineage_labels(kind="Postgres", name="db", tenant_facing=False)),
-            service("postgres-db-rw", labels=lineage_labels(kind="Postgres", name="db")),
-            address_class(CLASS),
+            helmrelease("postgres-db", lineage_labels(kind=APP_KIND, name=APP, tenant_facing=False)),
+            service("postgres-db-rw", labels=lineage_labels(kind=APP_KIND, name=APP)),
+            address_class(CLASS, default=True),
         ]
 
     @contextlib.asynccontextmanager
@@ -451,9 +468,11 @@ class Harness:
         kube = self.kube
         services = (await kube.list(SERVICES.path(self.tenant)))["items"]
         attachments = (await kube.list(KINDS["EndpointAttachment"].path(self.tenant)))["items"]
+        claims = (await kube.list(KINDS["IPAddressClaim"].path(self.tenant)))["items"]
         return {
             "services": {s["metadata"]["name"]: s for s in services},
             "attachments": {a["metadata"]["name"]: a for a in attachments},
+            "claims": {c["metadata"]["name"]: c for c in claims},
         }
 
     async def answer(self, expect: Expect, timeout: float = ANSWER_TIMEOUT) -> Obj:
@@ -479,8 +498,9 @@ class Harness:
                 f"{expect.check_says}; has {seen}\n{(last[0] or {}).get('status')}\n{logs}"
             ) from None
 
-    async def allocations(self) -> set[str]:
-        items = (await self.kube.list(KINDS["IPAddressAllocation"].path()))["items"]
+    async def addresses(self) -> set[str]:
+        """The substrate's IPAddress objects (one per IP held)."""
+        items = (await self.kube.list(KINDS["IPAddress"].path()))["items"]
         return {i["metadata"]["name"] for i in items}
 
     async def versions(self) -> dict[str, str]:
@@ -491,34 +511,35 @@ class Harness:
         return found
 
     async def no_address_doubled(self) -> None:
-        """Every address held in the tenant namespace is held once (a claim and its one user share it)."""
+        """No address is Provisioned on two attachments of the tenant namespace."""
         context = await self.context()
-        claims = (await self.kube.list(KINDS["IPAddressClaim"].path()))["items"]
-        held = [
-            (a.get("status") or {}).get("address")
+        provisioned = [
+            address
             for a in context["attachments"].values()
-            if "className" in a["spec"]["address"]
-        ] + [(c.get("status") or {}).get("address") for c in claims]
-        held = [h for h in held if h]
-        assert len(held) == len(set(held)), held
+            if conditions_of(a).get(PROVISIONED, ("", ""))[0] == "True"
+            for address in (a.get("status") or {}).get("addresses") or []
+        ]
+        assert len(provisioned) == len(set(provisioned)), provisioned
 
 
 @pytest.fixture(scope="module")
 async def harness(
     kube: Kube, cluster: ClusterInfo, crds: None, tmp_path_factory: pytest.TempPathFactory
 ) -> AsyncIterator[Harness]:
-    async with ea_crds_and_node(kube):
-        running = Harness(kube, cluster, tmp_path_factory.mktemp("catalogue"))
-        try:
-            yield running
-        finally:
-            await running.stack.aclose()
-            if running.idle_shares:
-                shares = sorted(running.idle_shares)
-                print(  # shown with -s: the figures the catalogue's closing note quotes
-                    f"\ncatalogue: operators idle after {len(shares)} samples: "
-                    f"median {shares[len(shares) // 2]:.1%}, max {shares[-1]:.1%} of a core"
-                )
+    # The Node the VM pods are bound to (no kubelet runs: the rows mark Pods Ready themselves).
+    await kube.create(NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
+    running = Harness(kube, cluster, tmp_path_factory.mktemp("catalogue"))
+    try:
+        yield running
+    finally:
+        await running.stack.aclose()
+        await kube.delete(NODES.path(name=NODE))
+        if running.idle_shares:
+            shares = sorted(running.idle_shares)
+            print(  # shown with -s: the figures the catalogue's closing note quotes
+                f"\ncatalogue: operators idle after {len(shares)} samples: "
+                f"median {shares[len(shares) // 2]:.1%}, max {shares[-1]:.1%} of a core"
+            )
 
 
 def operated_param(row: Operated) -> Any:
@@ -542,7 +563,7 @@ async def test_answered_by_the_operator(harness: Harness, row: Operated) -> None
     # Nothing else changed, nothing leaked, nobody crashed or spins.
     assert await harness.versions() == before, "a sentinel object changed"
     await eventually(
-        lambda: _same(harness.allocations(), harness.baseline_allocations),
+        lambda: _same(harness.addresses(), harness.baseline_addresses),
         timeout=ANSWER_TIMEOUT,
         what="every address the row took released",
     )

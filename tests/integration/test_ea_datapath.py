@@ -1,110 +1,146 @@
-"""Published means programmed: the VM modes against a model of cozy-proxy (``tests.support.cozyproxy``),
-on the local control plane, with the operator as a subprocess under its own ServiceAccount.
+"""Provisioned means programmed: the VM modes (``spec.loadBalancer.method``) against a model of
+cozy-proxy (``tests.support.cozyproxy``), on the local control plane, with the operator as a
+subprocess under its own ServiceAccount, run with ``--vm-datapath=cozy-proxy`` (the platform's
+declaration that a cozy-proxy contract implementor is deployed).
+
+Addresses come from the address substrate's model (``tests.support.substrate``: a class per test,
+a claim minted by each attachment, the pin on the rendered Service), assigned by real MetalLB.
 
 Every test asserts the datapath (which pod an address reaches, a pod's port filter), not only
-conditions, and checks one invariant throughout (``Invariant``): no attachment is ever Published
+conditions, and checks one invariant throughout (``Invariant``): no attachment is ever Provisioned
 while the model says its address reaches no pod, or a pod another Service holds (beyond the moment
 two watches take to deliver one change). The tests play the kubelet (Pods with an IP, Ready or not;
 the endpoints controllers do the rest) and the chart's own cozy-proxy Service; MetalLB assigns the
-attachments' addresses, and the chart's from a pool declared for it as a hoster would.
+attachments' addresses, and the chart's from a pool declared for it as a hoster would. One test
+runs the operator without the declaration: a method attachment then renders nothing and draws no
+address (``DatapathContractUnavailable``).
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Final
 
 import pytest
 
 from hack.devcluster import ClusterInfo
-from hack.metallb import POOLS, MetalLB, declare_pool
-from operators.endpointattachment.constants import (
-    METALLB_IPS_ANNOTATION,
-    PROGRAMMED_ANNOTATION,
-    REPROGRAM_ANNOTATION,
-    SERVICE_PROXY_NAME_LABEL,
-)
+from hack.metallb import declare_pool
 from shared.kube import ApiError, Kube, Obj
-from shared.resources import ENDPOINTS, HELMRELEASES, PODS, SERVICE_ACCOUNTS, SERVICES
-from tests.ea_builders import (
-    for_create,
-    lineage_labels,
-    make_attachment,
-    make_class,
-    make_helmrelease,
-    make_service,
-    make_serviceproxy,
+from shared.resources import ENDPOINTS, PODS, SERVICE_ACCOUNTS, SERVICES
+from tests.support.cozyproxy import (
+    ALLOW_ICMP_ANNOTATION,
+    PROXY_NAME_LABEL,
+    WHOLE_IP_ANNOTATION,
+    CozyProxyModel,
+    cozy_proxy,
 )
-from tests.support.cozyproxy import CozyProxyModel, cozy_proxy
 from tests.support.ea_cluster import (
+    ATTACHED,
+    ATTACHMENT_LABEL,
     ATTACHMENTS,
-    CLASSES,
+    CLAIMS,
     NODE,
-    PROXIES,
+    POOLS,
+    PROVISIONED,
+    RESOLVED,
+    Tenant,
+    World,
+    addresses,
+    attachment_body,
     condition,
-    ea_crds_and_node,
     ea_operator,
+    ea_world,
+    ingress,
     leading,
+    message,
+    wait_attachment,
 )
-from tests.support.loadbalancer import load_balancer
+from tests.support.operators import RunningOperator
+from tests.support.substrate import DELETE, METALLB_IPS_ANNOTATION
 from tests.support.waiting import eventually, wait_for_object
 
 # How long one change may take to travel through two watches (the operator's, the model's) before a
-# Published attachment whose address the model does not deliver to its own pod counts as broken.
+# Provisioned attachment whose address the model does not deliver to its own pod counts as broken.
 GRACE: Final = 10.0
 TIMEOUT: Final = 60.0
 VM_KIND: Final = "VMInstance"
-SSH: Final = [{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 22}]
+SSH_PORT: Final = 22
+SSH: Final = [{"name": "ssh", "protocol": "TCP", "port": SSH_PORT, "targetPort": SSH_PORT}]
 # Between two attempts to follow a kind after an API error.
 RETRY_SECONDS: Final = 0.5
 # The chart's own Service asks MetalLB for this address, from a pool a hoster declared for it (outside
 # every class's addresses in this file, so no class's pool overlaps it).
 CHART_ADDRESS: Final = "100.64.0.10"
 CHART_POOL: Final = "dp-chart-addresses"
+# The operator's setting declaring cozy-proxy deployed (without it a method renders nothing).
+VM_DATAPATH: Final = ("--vm-datapath=cozy-proxy",)
+
+# The contract's vocabulary (docs/ and the design reference): reasons and methods.
+TRUE: Final = "True"
+FALSE: Final = "False"
+REASON_PROVISIONED: Final = "Provisioned"
+REASON_BACKEND_ALREADY_DELEGATED: Final = "BackendAlreadyDelegated"
+REASON_MULTIPLE_BACKENDS: Final = "MultipleBackends"
+REASON_DATAPATH_CONTRACT_UNAVAILABLE: Final = "DatapathContractUnavailable"
+# Ours, beyond Cozystack's list: a VM mode with no ready backend in the Service's v1 Endpoints.
+REASON_NO_READY_BACKEND: Final = "NoReadyBackend"
+WHOLE_IP: Final = "WholeIP"
+PORT_LIST: Final = "PortList"
+# The operator's own annotations: on a surviving cozy-proxy Service after it deleted or changed one
+# that shared its pods, and once on its own VM-mode Service when address and backend are both there.
+REPROGRAM_ANNOTATION: Final = "local.sdn.cozystack.io/reprogrammed-after"
+PROGRAMMED_ANNOTATION: Final = "local.sdn.cozystack.io/programmed-backend"
 
 
 @pytest.fixture(scope="module")
-async def ea_crds(kube: Kube) -> AsyncIterator[None]:
-    async with ea_crds_and_node(kube):
-        yield
+async def world(kube: Kube) -> AsyncIterator[World]:
+    """The CRDs, MetalLB and the substrate's model, for the module."""
+    async with ea_world(kube) as running:
+        yield running
+
+
+def first_address(attachment: Obj | None) -> str | None:
+    found = addresses(attachment)
+    return found[0] if found else None
 
 
 class Invariant:
     """Follows the namespace's attachments and checks, on every attachment event and every model
-    change, that each Published one's address reaches, through the model, a pod its own Service
-    holds. A breach is recorded with how long it lasted; ``check`` fails on one longer than GRACE
-    (breaches that begin while the operator is deliberately stopped are excused)."""
+    change, that each Provisioned one's address reaches, through the model, a pod its own rendered
+    Service (``status.serviceName``) holds. A breach is recorded with how long it lasted; ``check``
+    fails on one longer than GRACE (breaches that begin while the operator is deliberately stopped
+    are excused)."""
 
     def __init__(self, kube: Kube, namespace: str, model: CozyProxyModel) -> None:
         self.kube, self.namespace, self.model = kube, namespace, model
-        self.published: dict[str, str] = {}  # attachment -> address, while Published
+        self.provisioned: dict[str, tuple[str, str]] = {}  # attachment -> (address, Service)
         self.open: dict[str, float] = {}  # attachment -> since when broken
         self.breaches: list[tuple[str, float, str]] = []  # (attachment, seconds, what)
         self.excused = False
-        self.transitions: list[tuple[str, str, str]] = []  # (attachment, Ready status, reason)
+        self.transitions: list[tuple[str, str, str]] = []  # (attachment, Provisioned status, reason)
 
-    def _broken(self, name: str, address: str) -> str | None:
+    def _broken(self, address: str, service: str) -> str | None:
         pod = self.model.reaches(address)
         if pod is None:
             return f"{address} reaches no pod"
         owner = self.model.owner_of(pod)
-        if owner != (self.namespace, f"ea-{name}"):
+        if owner != (self.namespace, service):
             return f"{address} reaches {pod}, held by {owner}"
         return None
 
     def evaluate(self) -> None:
         now = asyncio.get_running_loop().time()
-        for name, address in self.published.items():
-            what = self._broken(name, address)
+        for name, (address, service) in self.provisioned.items():
+            what = self._broken(address, service)
             if what is not None and name not in self.open and not self.excused:
                 self.open[name] = now
             elif what is None and name in self.open:
                 self.breaches.append((name, now - self.open.pop(name), "healed"))
-        for name in [n for n in self.open if n not in self.published]:
-            self.breaches.append((name, now - self.open.pop(name), "no longer Published"))
+        for name in [n for n in self.open if n not in self.provisioned]:
+            self.breaches.append((name, now - self.open.pop(name), "no longer Provisioned"))
 
     async def _follow(self) -> None:
         while True:
@@ -115,7 +151,7 @@ class Invariant:
 
     async def _list_and_watch(self) -> None:
         listing = await self.kube.list(ATTACHMENTS.path(self.namespace))
-        self.published.clear()
+        self.provisioned.clear()
         for item in listing["items"]:
             self._saw(item)
         self.evaluate()
@@ -127,21 +163,22 @@ class Invariant:
                 if kind == "ERROR":
                     break
                 if kind == "DELETED":
-                    self.published.pop(obj["metadata"]["name"], None)
+                    self.provisioned.pop(obj["metadata"]["name"], None)
                 elif kind != "BOOKMARK":
                     self._saw(obj)
                 self.evaluate()
 
     def _saw(self, attachment: Obj) -> None:
         name = attachment["metadata"]["name"]
-        status, reason = condition(attachment, "Ready")
+        status, reason = condition(attachment, PROVISIONED)
         if not self.transitions or self.transitions[-1] != (name, status, reason):
             self.transitions.append((name, status, reason))
-        address = (attachment.get("status") or {}).get("address")
-        if (status, reason) == ("True", "Published") and address:
-            self.published[name] = address
+        address = first_address(attachment)
+        service = (attachment.get("status") or {}).get("serviceName")
+        if (status, reason) == (TRUE, REASON_PROVISIONED) and address and service:
+            self.provisioned[name] = (address, str(service))
         else:
-            self.published.pop(name, None)
+            self.provisioned.pop(name, None)
 
     async def _on_model(self) -> None:
         while True:
@@ -156,9 +193,9 @@ class Invariant:
             self.evaluate()
             return not self.open
 
-        await eventually(closed, timeout=GRACE, what=f"broken Published attachments to heal: {self.open}")
+        await eventually(closed, timeout=GRACE, what=f"broken Provisioned attachments to heal: {self.open}")
         long = [b for b in self.breaches if b[1] > GRACE]
-        assert not long, f"Published while the datapath was broken: {long}; transitions {self.transitions}"
+        assert not long, f"Provisioned while the datapath was broken: {long}; transitions {self.transitions}"
 
 
 @contextlib.asynccontextmanager
@@ -176,43 +213,29 @@ async def invariant(kube: Kube, namespace: str, model: CozyProxyModel) -> AsyncI
                 await task
 
 
-class VMTenant:
-    """One namespace with a VM application, its tenant-facing endpoint, a pool and the proxy declared."""
+class VMTenant(Tenant):
+    """One namespace with a VM application, its tenant-facing endpoint and a class of its own; its
+    pods keep their IP when their readiness changes (a VM's launcher pod does)."""
 
-    def __init__(self, kube: Kube, namespace: str, balancer: MetalLB) -> None:
-        self.kube, self.namespace, self.balancer = kube, namespace, balancer
-        self.class_name = f"dp-{namespace}"[:60]
-        self.ips = iter(range(10, 250))
-        self.declared = False
+    def __init__(self, kube: Kube, namespace: str, world: World) -> None:
+        super().__init__(kube, namespace, world)
+        self.balancer = world.balancer
         self.charts: list[str] = []  # the chart Services made here, holding CHART_ADDRESS
 
-    async def setup(self, cidr: str, app: str = "vm1", selector: Mapping[str, str] | None = None) -> None:
-        await self.kube.create(CLASSES.path(), for_create(make_class(self.class_name, cidrs=[cidr])))
-        if await self.kube.get(PROXIES.path(name="cozy-proxy")) is None:
-            await self.kube.create(PROXIES.path(), for_create(make_serviceproxy()))
-            self.declared = True
-        release = for_create(
-            make_helmrelease(
-                f"vm-{app}",
-                self.namespace,
-                labels=lineage_labels(kind=VM_KIND, name=app, tenant_facing=False),
-            )
-        )
-        await self.kube.create(HELMRELEASES.path(self.namespace), release)
-        endpoint = for_create(
-            make_service(
-                app,
-                self.namespace,
-                labels=lineage_labels(kind=VM_KIND, name=app),
-                selector=selector or {"vm": app},
-                ports=SSH,
-            )
-        )
-        await self.kube.create(SERVICES.path(self.namespace), endpoint)
+    @property
+    def class_name(self) -> str:
+        return f"dp-{self.namespace}"[:60]
 
-    async def pod(self, name: str, labels: Mapping[str, str], *, ip: bool = True, ready: bool = True) -> None:
+    async def setup(self, cidr: str, app: str = "vm1", selector: Mapping[str, str] | None = None) -> None:
+        """The class (its pool loaded by MetalLB; its addresses deleted with their claim), the VM's
+        HelmRelease and its endpoint Service."""
+        await self.address_class(self.class_name, cidr, reclaim=DELETE)
+        await self.app(app, VM_KIND)
+        await self.endpoint(app, app, kind=VM_KIND, selector=selector or {"vm": app}, ports=SSH)
+
+    async def pod(self, name: str, labels: Mapping[str, str], ready: bool = True, *, ip: bool = True) -> Obj:
         """A VM pod on the test node: with an IP (Running, Ready or not), or not yet scheduled."""
-        await self.kube.create(
+        pod = await self.kube.create(
             PODS.path(self.namespace),
             {
                 "apiVersion": "v1",
@@ -223,6 +246,7 @@ class VMTenant:
         )
         if ip:
             await self.set_ready(name, ready)
+        return pod
 
     async def set_ready(self, name: str, ready: bool) -> None:
         pod = await self.kube.get(PODS.path(self.namespace, name))
@@ -232,7 +256,7 @@ class VMTenant:
             "phase": "Running",
             "podIP": ip,
             "podIPs": [{"ip": ip}],
-            "conditions": [{"type": "Ready", "status": "True" if ready else "False"}],
+            "conditions": [{"type": "Ready", "status": TRUE if ready else FALSE}],
         }
         await self.kube.patch(PODS.path(self.namespace, name) + "/status", {"status": status}, kind="merge")
 
@@ -241,11 +265,29 @@ class VMTenant:
         assert pod is not None
         return str(pod["status"]["podIP"])
 
-    async def attachment(self, name: str, endpoint: str = "vm1", mode: str = "WholeIP") -> Obj:
-        built = make_attachment(
-            name, self.namespace, endpoint=endpoint, class_name=self.class_name, owner_uid=None, mode=mode
+    async def vm_attachment(
+        self,
+        name: str,
+        method: str = WHOLE_IP,
+        ports: Sequence[int] | None = None,
+        allow_icmp: bool | None = None,
+    ) -> Obj:
+        """An attachment of the VM's endpoint in ``method``, minting from the tenant's class."""
+        body = attachment_body(
+            name,
+            "vm1",
+            app="vm1",
+            kind=VM_KIND,
+            class_name=self.class_name,
+            method=method,
+            ports=ports,
+            allow_icmp=allow_icmp,
         )
-        return await self.kube.create(ATTACHMENTS.path(self.namespace), for_create(built))
+        return await self.kube.create(ATTACHMENTS.path(self.namespace), body)
+
+    async def ssh_attachment(self, name: str, allow_icmp: bool | None = None) -> Obj:
+        """A PortList attachment publishing the VM's ssh port."""
+        return await self.vm_attachment(name, method=PORT_LIST, ports=[SSH_PORT], allow_icmp=allow_icmp)
 
     async def chart_service(self, name: str, selector: Mapping[str, str]) -> None:
         """The application's own cozy-proxy Service in PortList mode (a ``vm-instance`` with
@@ -260,11 +302,8 @@ class VMTenant:
             "kind": "Service",
             "metadata": {
                 "name": name,
-                "labels": {SERVICE_PROXY_NAME_LABEL: "cozy-proxy"},
-                "annotations": {
-                    "networking.cozystack.io/wholeIP": "false",
-                    "networking.cozystack.io/allowICMP": "false",
-                },
+                "labels": {PROXY_NAME_LABEL: "cozy-proxy"},
+                "annotations": {WHOLE_IP_ANNOTATION: "false", ALLOW_ICMP_ANNOTATION: "false"},
             },
             "spec": {
                 "type": "LoadBalancer",
@@ -285,18 +324,21 @@ class VMTenant:
             self.kube,
             SERVICES,
             name,
-            lambda s: CHART_ADDRESS in _ingress_ips(s),
+            lambda s: CHART_ADDRESS in ingress(s),
             namespace=self.namespace,
             timeout=TIMEOUT,
             what=f"MetalLB to assign {CHART_ADDRESS} to {name} (log: {self.balancer.log_path})",
         )
 
+    async def claims_of(self, attachment: str) -> list[Obj]:
+        """The claims in the namespace labelled as minted for ``attachment``."""
+        listing = await self.kube.list(
+            CLAIMS.path(self.namespace), label_selector=f"{ATTACHMENT_LABEL}={attachment}"
+        )
+        return list(listing["items"])
+
     async def cleanup(self) -> None:
-        for attachment in (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]:
-            await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
-        await self.kube.delete(CLASSES.path(name=self.class_name))
-        if self.declared:
-            await self.kube.delete(PROXIES.path(name="cozy-proxy"))
+        await super().cleanup()
         if self.charts:
             # CHART_ADDRESS is free again (MetalLB says so) before the next test asks for it.
             for name in self.charts:
@@ -308,15 +350,15 @@ class VMTenant:
             await self.kube.delete(POOLS.path(self.balancer.namespace, CHART_POOL))
 
 
-def _ingress_ips(service: Obj | None) -> list[str]:
-    ingress = (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
-    return [str(entry.get("ip")) for entry in ingress]
+def rendered_seen(model: CozyProxyModel, attachment: str) -> list[str]:
+    """Every Service name the model ever saw that the operator would generate for ``attachment``."""
+    return sorted(name for name in model.seen if name.startswith(f"{attachment}-"))
 
 
 @pytest.fixture
-async def vm(kube: Kube, namespace: str, lb: MetalLB) -> AsyncIterator[VMTenant]:
+async def vm(kube: Kube, namespace: str, world: World) -> AsyncIterator[VMTenant]:
     await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=namespace)
-    tenant = VMTenant(kube, namespace, lb)
+    tenant = VMTenant(kube, namespace, world)
     yield tenant
     await tenant.cleanup()
 
@@ -327,84 +369,82 @@ async def model(kube: Kube, namespace: str) -> AsyncIterator[CozyProxyModel]:
         yield running
 
 
-@pytest.fixture
-async def lb(kube: Kube, ea_crds: None) -> AsyncIterator[MetalLB]:
-    async def classes_served() -> bool:
-        try:
-            await kube.list(CLASSES.path())
-        except ApiError as error:  # a CRD just established answers 429 while its storage starts
-            if error.status != 429:
-                raise
-            return False
-        return True
-
-    await eventually(classes_served, timeout=TIMEOUT, what="the IPAddressClass CRD to serve")
-    async with load_balancer(kube) as balancer:
-        yield balancer
-
-
-async def wait_condition(kube: Kube, ns: str, name: str, type_: str, status: str, reason: str) -> Obj:
-    found = await wait_for_object(
+async def wait_provisioned(kube: Kube, ns: str, name: str, reason: str = REASON_PROVISIONED) -> Obj:
+    """The attachment once Provisioned is True (``reason`` ``Provisioned``) or False with ``reason``."""
+    status = TRUE if reason == REASON_PROVISIONED else FALSE
+    return await wait_attachment(
         kube,
-        ATTACHMENTS,
+        ns,
         name,
-        lambda o: condition(o, type_) == (status, reason),
-        namespace=ns,
+        lambda o: condition(o, PROVISIONED) == (status, reason),
         timeout=TIMEOUT,
-        what=f"{name}: {type_}={status} {reason}",
+        what=f"{name}: {PROVISIONED}={status} {reason}",
     )
-    assert found is not None
-    return found
 
 
-def ready_message(attachment: Obj) -> str:
-    return str(next(c["message"] for c in attachment["status"]["conditions"] if c["type"] == "Ready"))
+def provisioned_message(attachment: Obj) -> str:
+    return message(attachment, PROVISIONED)
+
+
+def operator(
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, log_name: str = "operator.log"
+) -> contextlib.AbstractAsyncContextManager[RunningOperator]:
+    """The operator with the VM datapath declared."""
+    return ea_operator(kube, cluster, tmp_path, extra_args=VM_DATAPATH, log_name=log_name)
 
 
 # --- the tests -------------------------------------------------------------------------------------
 
 
 async def test_two_attachments_to_a_stopped_vm_the_loser_never_renders(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.128/29")
-    async with ea_operator(kube, cluster, tmp_path), invariant(kube, ns, model):
+    async with operator(kube, cluster, tmp_path), invariant(kube, ns, model):
         # The VM is stopped: no pod at all. The two attachments still meet (one endpoint).
-        await vm.attachment("a-winner")
-        await vm.attachment("b-loser")
-        await wait_condition(kube, ns, "b-loser", "DatapathAdmitted", "False", "ExclusivityConflict")
-        winner = await wait_condition(kube, ns, "a-winner", "Ready", "False", "NoReadyBackend")
-        address = winner["status"]["address"]
+        await vm.vm_attachment("a-winner")
+        await vm.vm_attachment("b-loser")
+        lost = await wait_provisioned(kube, ns, "b-loser", REASON_BACKEND_ALREADY_DELEGATED)
+        assert "a-winner" in provisioned_message(lost), provisioned_message(
+            lost
+        )  # the message names the winner
+        winner = await wait_provisioned(kube, ns, "a-winner", REASON_NO_READY_BACKEND)
+        address = first_address(winner)
+        assert address is not None, winner["status"]
         # The VM starts: a pod without an IP, then Running but not Ready, then Ready.
         await vm.pod("vm1-launcher", {"vm": "vm1"}, ip=False)
         await vm.set_ready("vm1-launcher", False)
-        await wait_condition(kube, ns, "a-winner", "Ready", "False", "NoReadyBackend")
+        await wait_provisioned(kube, ns, "a-winner", REASON_NO_READY_BACKEND)
         await vm.set_ready("vm1-launcher", True)
-        published = await wait_condition(kube, ns, "a-winner", "Ready", "True", "Published")
-        assert "vm1-launcher" in ready_message(published)  # the Ready message names the pod
+        provisioned = await wait_provisioned(kube, ns, "a-winner")
+        assert "vm1-launcher" in provisioned_message(provisioned)  # the Provisioned message names the pod
+        assert provisioned["status"]["phase"] == ATTACHED
         await model.wait_for(lambda m: m.pod_reached(address) == "vm1-launcher", TIMEOUT, "the winner's path")
         # Once it had its address and its backend, the operator updated it once (cozy-proxy's
         # address-before-Endpoints race, which the model plays): nothing is left unprogrammed.
-        rendered = await kube.get(SERVICES.path(ns, "ea-a-winner"))
+        rendered = await kube.get(SERVICES.path(ns, provisioned["status"]["serviceName"]))
         assert rendered is not None
+        assert rendered["metadata"]["labels"][PROXY_NAME_LABEL] == "cozy-proxy"
+        assert rendered["metadata"]["annotations"][WHOLE_IP_ANNOTATION] == "true"
         assert rendered["metadata"]["annotations"][PROGRAMMED_ANNOTATION].startswith(f"{address}/")
         assert not model.stuck, model.log
         # The VM stops and starts again: still exactly one.
         await vm.set_ready("vm1-launcher", False)
-        await wait_condition(kube, ns, "a-winner", "Ready", "False", "NoReadyBackend")
+        await wait_provisioned(kube, ns, "a-winner", REASON_NO_READY_BACKEND)
         await vm.set_ready("vm1-launcher", True)
-        await wait_condition(kube, ns, "a-winner", "Ready", "True", "Published")
+        await wait_provisioned(kube, ns, "a-winner")
         await model.wait_for(lambda m: m.pod_reached(address) == "vm1-launcher", TIMEOUT, "the winner's path")
-        assert condition(await kube.get(ATTACHMENTS.path(ns, "b-loser")), "DatapathAdmitted") == (
-            "False",
-            "ExclusivityConflict",
+        assert condition(await kube.get(ATTACHMENTS.path(ns, "b-loser")), PROVISIONED) == (
+            FALSE,
+            REASON_BACKEND_ALREADY_DELEGATED,
         )
-    assert "ea-b-loser" not in model.seen, model.log
+        assert await vm.labelled_services("b-loser") == []
+    assert rendered_seen(model, "b-loser") == [], model.log
 
 
 async def test_the_charts_own_service_wins_and_its_port_filter_stays(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.136/29")
@@ -412,52 +452,67 @@ async def test_the_charts_own_service_wins_and_its_port_filter_stays(
     await vm.chart_service("vm1-chart", {"vm": "vm1"})
     pod_ip = await vm.pod_ip("vm1-launcher")
     await model.wait_for(lambda m: m.reaches(CHART_ADDRESS) == pod_ip, TIMEOUT, "the chart's path")
-    async with ea_operator(kube, cluster, tmp_path), invariant(kube, ns, model):
-        await vm.attachment("ssh", mode="PortList")
-        conflict = await wait_condition(kube, ns, "ssh", "DatapathAdmitted", "False", "ExclusivityConflict")
-        assert f"{ns}/vm1-chart" in next(
-            c["message"] for c in conflict["status"]["conditions"] if c["type"] == "DatapathAdmitted"
-        )
-        await wait_condition(kube, ns, "ssh", "Ready", "False", "ExclusivityConflict")
-    assert "ea-ssh" not in model.seen, model.log
+    async with operator(kube, cluster, tmp_path), invariant(kube, ns, model):
+        await vm.ssh_attachment("ssh", allow_icmp=True)
+        lost = await wait_provisioned(kube, ns, "ssh", REASON_BACKEND_ALREADY_DELEGATED)
+        assert f"{ns}/vm1-chart" in provisioned_message(lost), provisioned_message(lost)
+        assert await vm.labelled_services("ssh") == []
+    assert rendered_seen(model, "ssh") == [], model.log
     assert model.reaches(CHART_ADDRESS) == pod_ip
     assert model.owner_of(pod_ip) == (ns, "vm1-chart")
-    assert model.port_filter(pod_ip) == frozenset({("TCP", 22)})
+    assert model.port_filter(pod_ip) == frozenset({("TCP", SSH_PORT)})
     assert not model.icmp_allowed(pod_ip)
 
 
 async def test_port_list_with_two_ready_backends_stays_dark(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.144/29")
     await vm.pod("vm1-a", {"vm": "vm1"})
     await vm.pod("vm1-b", {"vm": "vm1"})
-    async with ea_operator(kube, cluster, tmp_path), invariant(kube, ns, model):
-        await vm.attachment("ssh", mode="PortList")
-        await wait_condition(kube, ns, "ssh", "DatapathAdmitted", "False", "MultipleBackends")
-        assert await kube.get(SERVICES.path(ns, "ea-ssh")) is None
-        # One backend again: it publishes, at that pod, with its port filter.
+    async with operator(kube, cluster, tmp_path), invariant(kube, ns, model):
+        await vm.ssh_attachment("ssh", allow_icmp=True)
+        await wait_provisioned(kube, ns, "ssh", REASON_MULTIPLE_BACKENDS)
+        # One backend again: it provisions, at that pod, with its port filter and its ICMP allow.
         await vm.set_ready("vm1-b", False)
-        published = await wait_condition(kube, ns, "ssh", "Ready", "True", "Published")
-        assert "vm1-a" in ready_message(published)
-        address = published["status"]["address"]
+        provisioned = await wait_provisioned(kube, ns, "ssh")
+        assert "vm1-a" in provisioned_message(provisioned)
+        address = first_address(provisioned)
+        assert address is not None
+        claim = provisioned["status"]["claimName"]
         await model.wait_for(lambda m: m.pod_reached(address) == "vm1-a", TIMEOUT, "the path to vm1-a")
         pod_ip = await vm.pod_ip("vm1-a")
-        assert model.port_filter(pod_ip) == frozenset({("TCP", 22)})
-        assert model.icmp_allowed(pod_ip)  # allowICMP defaults to true
-        # A second ready backend again: dark (the Service is gone), never Published with two.
+        assert model.port_filter(pod_ip) == frozenset({("TCP", SSH_PORT)})
+        assert model.icmp_allowed(pod_ip)
+        # A second ready backend again: dark (cozy-proxy programs nothing for the address), never
+        # Provisioned with two; the claim, and so the address, is kept.
         await vm.set_ready("vm1-b", True)
-        await wait_condition(kube, ns, "ssh", "DatapathAdmitted", "False", "MultipleBackends")
-        await wait_for_object(kube, SERVICES, "ea-ssh", lambda s: s is None, namespace=ns, timeout=TIMEOUT)
+        dark = await wait_provisioned(kube, ns, "ssh", REASON_MULTIPLE_BACKENDS)
         await model.wait_for(lambda m: m.reaches(address) is None, TIMEOUT, "the address to go dark")
+        assert dark["status"].get("claimName") == claim, dark["status"]
+        kept = await kube.get(CLAIMS.path(ns, claim))
+        assert kept is not None
+        assert [a["address"] for a in kept["status"]["addresses"]] == [address]
+        # Whichever way it went dark (Service withdrawn, or no backend left in its Endpoints), no
+        # Service of ours names a ready backend cozy-proxy could program.
+        for service in await vm.labelled_services("ssh"):
+            endpoints = await kube.get(ENDPOINTS.path(ns, service["metadata"]["name"]))
+            ready = [a for s in (endpoints or {}).get("subsets") or [] for a in s.get("addresses") or []]
+            assert ready == [], endpoints
+        # Back at one: the same address, at the remaining pod.
+        await vm.set_ready("vm1-a", False)
+        again = await wait_provisioned(kube, ns, "ssh")
+        assert first_address(again) == address
+        assert "vm1-b" in provisioned_message(again)
+        await model.wait_for(lambda m: m.pod_reached(address) == "vm1-b", TIMEOUT, "the path to vm1-b")
 
 
 async def test_the_survivor_is_programmed_again_after_the_loser_is_deleted(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
 ) -> None:
-    """An attachment publishes; while the operator is down the chart's own cozy-proxy Service comes
-    and cozy-proxy programs it onto the pod. The restarted operator must delete the attachment's
+    """An attachment provisions; while the operator is down the chart's own cozy-proxy Service comes
+    and cozy-proxy programs it onto the pod. The restarted operator must withdraw the attachment's
     Service (the chart wins); cozy-proxy's delete then clears the pod's entries, the chart's. The
     operator's annotation on the chart's Service makes cozy-proxy program it again."""
     ns = vm.namespace
@@ -465,23 +520,28 @@ async def test_the_survivor_is_programmed_again_after_the_loser_is_deleted(
     await vm.pod("vm1-launcher", {"vm": "vm1"})
     pod_ip = await vm.pod_ip("vm1-launcher")
     async with invariant(kube, ns, model) as watcher:
-        async with ea_operator(kube, cluster, tmp_path, log_name="first.log"):
-            await vm.attachment("ssh", mode="PortList")
-            published = await wait_condition(kube, ns, "ssh", "Ready", "True", "Published")
-            address = published["status"]["address"]
-            await model.wait_for(lambda m: m.reaches(address) == pod_ip, TIMEOUT, "the attachment's path")
+        async with operator(kube, cluster, tmp_path, log_name="first.log"):
+            await vm.ssh_attachment("ssh")
+            provisioned = await wait_provisioned(kube, ns, "ssh")
+            address = first_address(provisioned)
+            rendered = provisioned["status"]["serviceName"]
+            await model.wait_for(
+                lambda m: m.reaches(address or "") == pod_ip, TIMEOUT, "the attachment's path"
+            )
         watcher.excused = True  # the operator is down: nobody can answer for the datapath now
         await vm.chart_service("vm1-chart", {"vm": "vm1"})
         await model.wait_for(lambda m: m.owner_of(pod_ip) == (ns, "vm1-chart"), TIMEOUT, "the chart's path")
-        async with ea_operator(kube, cluster, tmp_path, log_name="second.log"):
-            await wait_condition(kube, ns, "ssh", "DatapathAdmitted", "False", "ExclusivityConflict")
+        async with operator(kube, cluster, tmp_path, log_name="second.log"):
+            lost = await wait_provisioned(kube, ns, "ssh", REASON_BACKEND_ALREADY_DELEGATED)
+            assert f"{ns}/vm1-chart" in provisioned_message(lost), provisioned_message(lost)
             watcher.excused = False  # the operator answers again: from here on, the invariant holds
             await wait_for_object(
-                kube, SERVICES, "ea-ssh", lambda s: s is None, namespace=ns, timeout=TIMEOUT
+                kube, SERVICES, rendered, lambda s: s is None, namespace=ns, timeout=TIMEOUT
             )
             await model.wait_for(
                 lambda m: (
-                    m.reaches(CHART_ADDRESS) == pod_ip and m.port_filter(pod_ip) == frozenset({("TCP", 22)})
+                    m.reaches(CHART_ADDRESS) == pod_ip
+                    and m.port_filter(pod_ip) == frozenset({("TCP", SSH_PORT)})
                 ),
                 TIMEOUT,
                 "the chart's path and port filter, programmed again",
@@ -496,7 +556,7 @@ async def test_the_survivor_is_programmed_again_after_the_loser_is_deleted(
                 timeout=TIMEOUT,
             )
             # The delete did clear the chart's entries (the model saw it), and the annotation healed it.
-            assert any(line.startswith("delete ea-ssh") for line in model.log), model.log
+            assert any(line.startswith(f"delete {rendered}") for line in model.log), model.log
             assert model.programs[(ns, "vm1-chart")] >= 2, model.log
             assert not model.icmp_allowed(pod_ip)
             # A second pass writes nothing more on the survivor.
@@ -505,42 +565,83 @@ async def test_the_survivor_is_programmed_again_after_the_loser_is_deleted(
             await vm.kube.patch(
                 SERVICES.path(ns, "vm1"), {"metadata": {"annotations": {"touch": "1"}}}, "merge"
             )
-            await wait_condition(kube, ns, "ssh", "DatapathAdmitted", "False", "ExclusivityConflict")
+            await wait_provisioned(kube, ns, "ssh", REASON_BACKEND_ALREADY_DELEGATED)
             again = await kube.get(SERVICES.path(ns, "vm1-chart"))
             assert again is not None
             assert again["metadata"]["annotations"][REPROGRAM_ANNOTATION] == value
 
 
 async def test_an_operator_restart_never_renders_a_loser(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel, lb: MetalLB
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
 ) -> None:
     ns = vm.namespace
     await vm.setup("198.51.100.160/29")
     await vm.pod("vm1-launcher", {"vm": "vm1"})
     async with invariant(kube, ns, model):
-        async with ea_operator(kube, cluster, tmp_path, log_name="first.log"):
-            await vm.attachment("a-winner")
-            published = await wait_condition(kube, ns, "a-winner", "Ready", "True", "Published")
-            address = published["status"]["address"]
+        async with operator(kube, cluster, tmp_path, log_name="first.log"):
+            await vm.vm_attachment("a-winner")
+            provisioned = await wait_provisioned(kube, ns, "a-winner")
+            address = first_address(provisioned)
         # While the operator is down, a second attachment and a second VM start.
-        await vm.attachment("b-loser")
+        await vm.vm_attachment("b-loser")
         await vm.pod("vm1-launcher-2", {"vm": "vm1"}, ready=False)
-        async with ea_operator(kube, cluster, tmp_path, log_name="second.log"):
-            await wait_condition(kube, ns, "b-loser", "DatapathAdmitted", "False", "ExclusivityConflict")
-            await wait_condition(kube, ns, "a-winner", "Ready", "True", "Published")
+        async with operator(kube, cluster, tmp_path, log_name="second.log"):
+            await wait_provisioned(kube, ns, "b-loser", REASON_BACKEND_ALREADY_DELEGATED)
+            await wait_provisioned(kube, ns, "a-winner")
             await model.wait_for(
-                lambda m: m.pod_reached(address) == "vm1-launcher", TIMEOUT, "the winner's path after restart"
+                lambda m: m.pod_reached(address or "") == "vm1-launcher",
+                TIMEOUT,
+                "the winner's path after restart",
             )
-        async with ea_operator(kube, cluster, tmp_path, log_name="third.log") as third:
+        async with operator(kube, cluster, tmp_path, log_name="third.log") as third:
             # Changes made while no operator runs are reported late, whatever it does: this part
-            # is about what the running operator publishes, so it changes the pods once it leads.
+            # is about what the running operator provisions, so it changes the pods once it leads.
             await leading(third)
             await vm.set_ready("vm1-launcher", False)
-            await wait_condition(kube, ns, "a-winner", "Ready", "False", "NoReadyBackend")
+            await wait_provisioned(kube, ns, "a-winner", REASON_NO_READY_BACKEND)
             await vm.set_ready("vm1-launcher-2", True)
-            published = await wait_condition(kube, ns, "a-winner", "Ready", "True", "Published")
-            assert "vm1-launcher-2" in ready_message(published)
+            provisioned = await wait_provisioned(kube, ns, "a-winner")
+            assert "vm1-launcher-2" in provisioned_message(provisioned)
+            assert first_address(provisioned) == address
             await model.wait_for(
-                lambda m: m.pod_reached(address) == "vm1-launcher-2", TIMEOUT, "the path to the new pod"
+                lambda m: m.pod_reached(address or "") == "vm1-launcher-2", TIMEOUT, "the path to the new pod"
             )
-    assert "ea-b-loser" not in model.seen, model.log
+        assert await vm.labelled_services("b-loser") == []
+    assert rendered_seen(model, "b-loser") == [], model.log
+
+
+async def test_without_the_datapath_declared_a_method_renders_nothing_and_draws_no_address(
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
+) -> None:
+    """With the default ``--vm-datapath=none`` kube-proxy would skip a cozy-proxy Service that no
+    cozy-proxy programs, while MetalLB announces its address: a black hole. So a method attachment
+    renders nothing, mints no claim, and says why; declared, the same attachment provisions."""
+    ns = vm.namespace
+    await vm.setup("198.51.100.168/29")
+    await vm.pod("vm1-launcher", {"vm": "vm1"})
+    async with ea_operator(kube, cluster, tmp_path, log_name="undeclared.log"):
+        await vm.vm_attachment("a-whole")
+        await vm.ssh_attachment("b-ssh")
+        for name in ("a-whole", "b-ssh"):
+            found = await wait_provisioned(kube, ns, name, REASON_DATAPATH_CONTRACT_UNAVAILABLE)
+            assert condition(found, RESOLVED) == (TRUE, "Resolved"), found["status"]
+            assert not found["status"].get("serviceName"), found["status"]
+        # The pass that wrote those conditions rendered nothing; what it drew is checked last.
+        drawn = {}
+        for name in ("a-whole", "b-ssh"):
+            assert await vm.labelled_services(name) == []
+            current = await vm.get(name)
+            drawn[name] = ((current or {}).get("status") or {}).get("addresses"), await vm.claims_of(name)
+    assert rendered_seen(model, "a-whole") == rendered_seen(model, "b-ssh") == [], model.log
+    async with operator(kube, cluster, tmp_path, log_name="declared.log"), invariant(kube, ns, model):
+        # Both select the one pod: the older one (first by name within the same second) provisions,
+        # the other is delegated already.
+        provisioned = await wait_provisioned(kube, ns, "a-whole")
+        assert "vm1-launcher" in provisioned_message(provisioned)
+        address = first_address(provisioned)
+        await model.wait_for(
+            lambda m: m.pod_reached(address or "") == "vm1-launcher", TIMEOUT, "the path once declared"
+        )
+        await wait_provisioned(kube, ns, "b-ssh", REASON_BACKEND_ALREADY_DELEGATED)
+    # Issue 16: nothing can be published without the declaration, so no address was drawn for it.
+    assert drawn == {name: (None, []) for name in drawn}, drawn

@@ -1,151 +1,239 @@
 """The EndpointAttachment operator on the local control plane, as a subprocess under its own
-ServiceAccount and ClusterRole (config/rbac/endpointattachment), with the CRDs of
-config/crd/endpointattachment and Flux's real HelmRelease CRD.
+ServiceAccount and ClusterRole (config/rbac/endpointattachment), serving Cozystack's own
+``EndpointAttachment`` and consuming Cozystack's address substrate: the substrate's real CRDs
+(``tests/fixtures/address-substrate/``), the substrate's controllers played by their documented model
+(``tests/support/substrate.py``), MetalLB's real controller assigning the pinned addresses, Flux's
+real HelmRelease CRD. The tests play the other missing parts through the API: Cozystack's lineage
+webhook (labels on the apps' Services) and the kubelet (Pods marked Ready with an IP).
 
-The load balancer is MetalLB's real controller, with an IPAddressPool per IPAddressClass as a hoster
-declares them (``tests.support.loadbalancer``). The tests play the other missing parts through the
-API: Cozystack's lineage webhook (labels on the apps' Services) and the kubelet (Pods marked Ready
-with an IP; the endpoint-slice controller does the rest). Each test carries one of the design's proofs.
+Each test carries one of the contract's proofs: minting (from a class, from the default class),
+referencing a reserved claim (never written by us), hold and move, a claim in use, a missing claim,
+a pending claim, a family conflict, identity (a labelled Service without our reference, a recreated
+application, a recreated attachment, garbage collection with the application), detach and reattach,
+lineage stamped, the ``ports`` subset, nothing drawn while nothing can be published, Dual on the
+claim's side, the substrate installed after the operator started (on a control plane of its own),
+and a second pass that writes nothing.
+
+Dual: this control plane serves IPv4 Services only, so a ``Dual`` attachment's claim binds two
+addresses and the API refuses the dual-stack Service (422): the attachment reports
+``RenderFailed`` with the API's own words, Pending, its claim and both addresses in its status.
 """
 
 from __future__ import annotations
 
 import asyncio
 import itertools
-from collections.abc import AsyncIterator
+import time
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Final
 
 import pytest
 from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
-from hack.devcluster import ClusterInfo
-from hack.metallb import MetalLB
-from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
-    METALLB_IPS_ANNOTATION,
-    REASON_ADDRESS_NOT_ANNOUNCED,
-    REASON_ADDRESS_PENDING,
-    SERVICE_PROXY_NAME_LABEL,
-)
-from shared.kube import Kube, Obj
-from shared.resources import HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES
+from hack.devcluster import ClusterInfo, LocalControlPlane
+from hack.metallb import metallb
+from shared.kube import ApiError, Kube, Obj
+from shared.lineage import APPLICATION_GROUP_LABEL, APPLICATION_KIND_LABEL, APPLICATION_NAME_LABEL
+from shared.resources import CONFIGMAPS, HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES, Resource
 from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
-from tests.ea_builders import (
-    for_create,
-    make_claim,
-)
 from tests.support.ea_cluster import (
-    ALLOCATIONS,
+    ADDRESSES,
+    ATTACHED,
     ATTACHMENT_CONTROLLER,
+    ATTACHMENT_LABEL,
     ATTACHMENTS,
+    CLAIM_ANNOTATION,
     CLAIMS,
-    CLASSES,
-    GROUP_VERSION,
+    DETACHED,
+    EA_CRD_FILE,
+    HELMRELEASE_CRD_FILE,
     OPERATOR_NAMESPACE,
+    PENDING,
+    PROVISIONED,
+    RESOLVED,
+    SUBSTRATE_CRD_FILES,
     Tenant,
+    World,
+    addresses,
+    attached,
     condition,
     ea_crds_and_node,
     ea_operator,
+    ea_world,
+    ingress,
+    message,
+    phase,
+    provisioned_false,
     reconciles,
+    resolved_false,
+    service_body,
+    wait_attachment,
 )
-from tests.support.loadbalancer import SILENT_LOAD_BALANCER_CLASS
+from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator
 from tests.support.otlp import attributes, otlp_receiver
+from tests.support.substrate import substrate
 from tests.support.waiting import eventually, wait_for_object
+
+POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
+POLICY_BINDINGS: Final = Resource(
+    "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
+)
+# The garbage collector acts as its own ServiceAccount (the control plane runs kube-controller-manager
+# with --use-service-account-credentials).
+GC_USER: Final = "system:serviceaccount:kube-system:generic-garbage-collector"
+GC_FENCE_PROBE: Final = "gc-fence-probe"
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
+# A test's own finalizer: holds an object the test wants to outlive its owner a while.
+HOLD_FINALIZER: Final = "example.com/hold"
+# The sentinel port of a vm-instance endpoint before the chart exposes the VM (nothing to publish).
+VM_SENTINEL_PORT: Final = 65535
 
 
 @pytest.fixture(scope="module")
-async def ea_crds(kube: Kube) -> AsyncIterator[None]:
-    async with ea_crds_and_node(kube):
-        yield
+async def world(kube: Kube) -> AsyncIterator[World]:
+    async with ea_world(kube) as running:
+        yield running
 
 
 @pytest.fixture
 async def operator(
-    kube: Kube, cluster: ClusterInfo, ea_crds: None, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, world: World, tmp_path: Path
 ) -> AsyncIterator[RunningOperator]:
+    """The operator; a test names it before ``tenant``, so it still runs while the tenant's world is
+    cleaned up (its finalizer takes each attachment's Service away)."""
     async with ea_operator(kube, cluster, tmp_path) as running:
         yield running
 
 
 @pytest.fixture
-async def tenant(kube: Kube, namespace: str, ea_crds: None) -> AsyncIterator[Tenant]:
+async def tenant(kube: Kube, namespace: str, world: World) -> AsyncIterator[Tenant]:
     await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=namespace)
-    world = Tenant(kube, namespace)
-    yield world
-    await world.cleanup()
+    built = Tenant(kube, namespace, world)
+    yield built
+    await built.cleanup()
 
 
-async def wait_attachment(
-    kube: Kube,
-    namespace: str,
-    name: str,
-    status: str,
-    reason: str,
-    operator: RunningOperator,
-    type_: str = "Ready",
-) -> Obj:
-    try:
-        found = await wait_for_object(
-            kube,
-            ATTACHMENTS,
-            name,
-            lambda o: condition(o, type_) == (status, reason),
-            namespace=namespace,
-            timeout=40,
-        )
-    except AssertionError as error:
-        raise AssertionError(f"{error}\noperator log:\n{operator.log_tail()}") from None
-    assert found is not None
-    return found
+async def attachment_attached(tenant: Tenant, name: str, operator: RunningOperator) -> Obj:
+    return await wait_attachment(
+        tenant.kube, tenant.namespace, name, attached, operator, what=f"{name} Attached"
+    )
 
 
-async def rendered(kube: Kube, namespace: str, attachment: str) -> Obj | None:
-    return await kube.get(SERVICES.path(namespace, f"ea-{attachment}"))
+async def only_claim(tenant: Tenant, attachment: Obj) -> Obj:
+    claims = await tenant.minted_claims(attachment)
+    assert len(claims) == 1, [c["metadata"]["name"] for c in claims]
+    return claims[0]
 
 
-# --- the tests -------------------------------------------------------------------------------------
+async def settled(world: World) -> None:
+    """Until the substrate model has nothing left to write."""
+    await world.model.wait_for(lambda m: not m.plan(""), 30, "the substrate settled")
 
 
-async def test_minted_attachment_renders_a_mirroring_service_and_becomes_ready(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
+async def _more(operator: RunningOperator, before: float) -> bool:
+    return await reconciles(operator) > before
+
+
+# --- minting --------------------------------------------------------------------------------------
+
+
+async def test_a_minted_attachment_is_provisioned_with_its_claims_address(
+    kube: Kube, operator: RunningOperator, tenant: Tenant, world: World
 ) -> None:
     ns = tenant.namespace
-    await tenant.address_class("it-mint", cidrs=["198.51.100.0/29"])
-    await tenant.app("db")
-    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    await tenant.address_class("it-mint", "198.51.100.0/29")
+    release = await tenant.app("db")
+    endpoint = await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
     await tenant.attachment("db-public", "postgres-db-rw", class_name="it-mint")
-    ready = await wait_attachment(kube, ns, "db-public", "True", "Published", operator)
+    ready = await attachment_attached(tenant, "db-public", operator)
 
-    address = ready["status"]["address"]
-    assert address.startswith("198.51.100.")
-    owner = ready["metadata"]["ownerReferences"][0]
-    assert (owner["kind"], owner["name"]) == ("HelmRelease", "postgres-db")
-    service = await rendered(kube, ns, "db-public")
+    # The claim: minted once, owned by the attachment, labelled with its name, from the class.
+    claim = await only_claim(tenant, ready)
+    assert claim["metadata"]["name"].startswith("db-public-")
+    assert claim["metadata"]["labels"][ATTACHMENT_LABEL] == "db-public"
+    assert claim["spec"]["className"] == "it-mint"
+    assert phase(claim) == "Bound"
+    [ip] = addresses(claim)
+    assert ip.startswith("198.51.100.")
+    assert ready["status"]["claimName"] == claim["metadata"]["name"]
+    assert ready["status"]["addresses"] == [ip]
+    assert ready["status"]["observedGeneration"] == ready["metadata"]["generation"]
+
+    # The rendered Service: ours by owner reference, annotated with the claim, answered by MetalLB.
+    service = await tenant.service_of(ready)
     assert service is not None
+    assert ready["status"]["serviceName"] == service["metadata"]["name"]
+    assert service["metadata"]["name"].startswith("db-public-")
+    assert service["metadata"]["annotations"][CLAIM_ANNOTATION] == claim["metadata"]["name"]
+    assert ingress(service) == [ip]
     assert service["spec"]["type"] == "LoadBalancer"
     assert service["spec"]["selector"] == {"app": "db"}
     assert [(p["port"], p["targetPort"]) for p in service["spec"]["ports"]] == [(5432, 5432)]
-    assert service["metadata"]["annotations"][METALLB_IPS_ANNOTATION] == address
+    assert service["spec"].get("allocateLoadBalancerNodePorts") is False
+    assert not any(p.get("nodePort") for p in service["spec"]["ports"])
+    assert (service["spec"]["ipFamilyPolicy"], service["spec"]["ipFamilies"]) == ("SingleStack", ["IPv4"])
+    assert "loadBalancerClass" not in service["spec"]
     # Nothing of the app's labels is copied: the platform must not take it for the app's own Service.
     assert set(service["metadata"]["labels"]) == {ATTACHMENT_LABEL}
-    assert service["metadata"]["ownerReferences"][0]["uid"] == ready["metadata"]["uid"]
-    allocation = await kube.get(ALLOCATIONS.path(name=address))
-    assert allocation is not None
-    assert allocation["spec"]["holder"]["uid"] == ready["metadata"]["uid"]
+    address = await kube.get(ADDRESSES.path(name=claim["status"]["addresses"][0]["name"]))
+    assert (address or {})["status"]["associatedTo"] == {
+        "kind": "Service",
+        "namespace": ns,
+        "name": service["metadata"]["name"],
+    }
 
-    # A pass with nothing to change writes nothing: wake the attachment through its endpoint.
-    versions = (ready["metadata"]["resourceVersion"], service["metadata"]["resourceVersion"])
+    # Lineage: the application's three labels and an owner reference to its HelmRelease (by UID).
+    labels = ready["metadata"]["labels"]
+    assert (
+        labels[APPLICATION_GROUP_LABEL],
+        labels[APPLICATION_KIND_LABEL],
+        labels[APPLICATION_NAME_LABEL],
+    ) == (
+        "apps.cozystack.io",
+        "Postgres",
+        "db",
+    )
+    assert ready["metadata"]["ownerReferences"] == [
+        {
+            "apiVersion": HELMRELEASES.api_version,
+            "kind": "HelmRelease",
+            "name": release["metadata"]["name"],
+            "uid": release["metadata"]["uid"],
+            "controller": False,
+            "blockOwnerDeletion": False,
+        }
+    ]
+
+    # A second pass with nothing to change writes nothing: wake the attachment through its endpoint.
+    await settled(world)
+    versions = [
+        o["metadata"]["resourceVersion"]
+        for o in (
+            await tenant.get("db-public"),
+            await tenant.service_of(ready),
+            await kube.get(CLAIMS.path(ns, claim["metadata"]["name"])),
+        )
+        if o is not None
+    ]
     before = await reconciles(operator)
     await kube.patch(
-        SERVICES.path(ns, "postgres-db-rw"), {"metadata": {"annotations": {"touch": "1"}}}, "merge"
+        SERVICES.path(ns, endpoint["metadata"]["name"]),
+        {"metadata": {"annotations": {"touch": "1"}}},
+        "merge",
     )
     await eventually(lambda: _more(operator, before), what="a pass over the attachment")
-    again = await kube.get(ATTACHMENTS.path(ns, "db-public"))
-    again_service = await rendered(kube, ns, "db-public")
-    assert again is not None
-    assert again_service is not None
-    assert (again["metadata"]["resourceVersion"], again_service["metadata"]["resourceVersion"]) == versions
+    again = [
+        o["metadata"]["resourceVersion"]
+        for o in (
+            await tenant.get("db-public"),
+            await tenant.service_of(ready),
+            await kube.get(CLAIMS.path(ns, claim["metadata"]["name"])),
+        )
+        if o is not None
+    ]
+    assert again == versions
 
     # It follows the endpoint: a new port is mirrored.
     await kube.patch(
@@ -161,328 +249,595 @@ async def test_minted_attachment_renders_a_mirroring_service_and_becomes_ready(
         "merge",
     )
     await wait_for_object(
-        kube, SERVICES, "ea-db-public", lambda s: s is not None and len(s["spec"]["ports"]) == 2, namespace=ns
+        kube,
+        SERVICES,
+        service["metadata"]["name"],
+        lambda s: s is not None and len(s["spec"]["ports"]) == 2,
+        namespace=ns,
+        what="the new port mirrored",
     )
 
-    # Deleting the attachment removes the Service first, then releases the minted address.
+    # Deleting the attachment removes the Service, and garbage collection the minted claim; the
+    # class's reclaim policy (Retain) keeps the address, Released.
     await kube.delete(ATTACHMENTS.path(ns, "db-public"))
     await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns)
-    assert await rendered(kube, ns, "db-public") is None
-    assert await kube.get(ALLOCATIONS.path(name=address)) is None
-
-
-async def _more(operator: RunningOperator, before: float) -> bool:
-    return await reconciles(operator) > before
-
-
-async def test_a_load_balancer_that_never_answers_leaves_the_attachment_not_ready(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
-) -> None:
-    """The one misbehaving load balancer of the suite, a silent one: the class names a
-    loadBalancerClass no load balancer here serves, so nothing ever writes the rendered Service's
-    ingress (no test writes it either). The attachment reports that, not Ready, while an attachment
-    of a class MetalLB serves, rendered after it, is Published; once the hoster drops that
-    loadBalancerClass, the Service is rendered anew, MetalLB answers, and it is Published too."""
-    ns = tenant.namespace
-    await tenant.address_class(
-        "it-silent", cidrs=["198.51.100.96/29"], load_balancer_class=SILENT_LOAD_BALANCER_CLASS
-    )
-    await tenant.address_class("it-served", cidrs=["198.51.100.104/29"])
-    for app in ("silent", "served"):
-        await tenant.app(app)
-        await tenant.endpoint(f"postgres-{app}-rw", app, selector={"app": app})
-    await tenant.attachment("silent", "postgres-silent-rw", class_name="it-silent")
-    silent_service = await wait_for_object(kube, SERVICES, "ea-silent", lambda s: s is not None, namespace=ns)
-    assert silent_service is not None
-    assert silent_service["spec"]["loadBalancerClass"] == SILENT_LOAD_BALANCER_CLASS
-
-    await tenant.attachment("served", "postgres-served-rw", class_name="it-served")
-    await wait_attachment(kube, ns, "served", "True", "Published", operator)
-    unanswered = {("False", REASON_ADDRESS_PENDING), ("False", REASON_ADDRESS_NOT_ANNOUNCED)}
-    silent = await wait_for_object(
-        kube, ATTACHMENTS, "silent", lambda o: condition(o, "Ready") in unanswered, namespace=ns
-    )
-    assert condition(silent, "AddressBound")[0] == "True"
-    address = (silent or {})["status"]["address"]
-    service = await rendered(kube, ns, "silent")
-    assert service is not None
-    assert service["metadata"]["annotations"][METALLB_IPS_ANNOTATION] == address
-    assert not ((service.get("status") or {}).get("loadBalancer") or {}).get("ingress")
-
-    # The hoster fixes the class: MetalLB serves Services without a loadBalancerClass.
-    await kube.patch(CLASSES.path(name="it-silent"), {"spec": {"loadBalancerClass": None}}, "merge")
-    published = await wait_attachment(kube, ns, "silent", "True", "Published", operator)
-    assert published["status"]["address"] == address
-    service = await rendered(kube, ns, "silent")
-    assert service is not None
-    assert "loadBalancerClass" not in service["spec"]
-    assert [i["ip"] for i in service["status"]["loadBalancer"]["ingress"]] == [address]
-
-
-async def test_hold_and_move_a_claimed_address(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
-) -> None:
-    ns = tenant.namespace
-    await tenant.address_class("it-claims", cidrs=["198.51.100.16/29"])
-    await tenant.claim("my-ip", "it-claims", address="198.51.100.20")
+    assert await kube.get(SERVICES.path(ns, service["metadata"]["name"])) is None
     await wait_for_object(
-        kube, CLAIMS, "my-ip", lambda c: (c or {}).get("status", {}).get("phase") == "Bound", namespace=ns
+        kube, CLAIMS, claim["metadata"]["name"], lambda c: c is None, namespace=ns, timeout=60
     )
-    await tenant.app("one")
-    await tenant.endpoint("postgres-one-rw", "one", selector={"app": "one"})
-    await tenant.attachment("first", "postgres-one-rw", class_name=None, claim_name="my-ip")
-    first = await wait_attachment(kube, ns, "first", "True", "Published", operator)
-    assert first["status"]["address"] == "198.51.100.20"
-
-    # Hold: the claim's address survives the attachment that used it.
-    await kube.delete(ATTACHMENTS.path(ns, "first"))
-    await wait_for_object(kube, ATTACHMENTS, "first", lambda o: o is None, namespace=ns)
-    claim = await kube.get(CLAIMS.path(ns, "my-ip"))
-    assert claim is not None
-    assert (claim["status"]["phase"], claim["status"]["address"]) == ("Bound", "198.51.100.20")
-    assert "attachment" not in claim["status"]
-    assert await kube.get(ALLOCATIONS.path(name="198.51.100.20")) is not None
-
-    # Move: another application in the namespace binds the same address.
-    await tenant.app("two", kind="MySQL")
-    await tenant.endpoint("mysql-two", "two", kind="MySQL", selector={"app": "two"})
-    await tenant.attachment("second", "mysql-two", class_name=None, claim_name="my-ip")
-    second = await wait_attachment(kube, ns, "second", "True", "Published", operator)
-    assert second["status"]["address"] == "198.51.100.20"
-
-    # A claim in use cannot be deleted; it goes once its user is gone.
-    await kube.delete(CLAIMS.path(ns, "my-ip"))
-    held = await kube.get(CLAIMS.path(ns, "my-ip"))
-    assert held is not None
-    assert held["metadata"].get("deletionTimestamp")
-    await kube.delete(ATTACHMENTS.path(ns, "second"))
-    await wait_for_object(kube, CLAIMS, "my-ip", lambda c: c is None, namespace=ns)
-    await wait_for_object(kube, ALLOCATIONS, "198.51.100.20", lambda a: a is None)
-
-
-async def test_a_claim_in_another_namespace_cannot_be_named(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, namespace: str
-) -> None:
-    other = f"{namespace}-other"[:63]
-    await kube.create(
-        NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}
+    await wait_for_object(
+        kube, ADDRESSES, claim["status"]["addresses"][0]["name"], lambda a: phase(a) == "Released", timeout=30
     )
-    try:
-        await tenant.address_class("it-xns", cidrs=["198.51.100.32/29"])
-        await kube.create(
-            CLAIMS.path(other),
-            for_create(make_claim("theirs", other, class_name="it-xns", address=None, phase=None)),
-        )
-        await tenant.app("db")
-        await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
-        await tenant.attachment("steal", "postgres-db-rw", class_name=None, claim_name="theirs")
-        await wait_attachment(
-            kube, namespace, "steal", "False", "ClaimNotFound", operator, type_="AddressBound"
-        )
-    finally:
-        await kube.delete(NAMESPACES.path(name=other))
 
 
-async def test_identity_a_squatting_service_is_never_touched(
-    kube: Kube, tenant: Tenant, operator: RunningOperator
+async def test_the_default_class_serves_an_attachment_that_names_none(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
-    ns = tenant.namespace
-    await tenant.address_class("it-ident", cidrs=["198.51.100.40/29"])
-    await tenant.app("db")
-    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
-    squatter = await kube.create(
-        SERVICES.path(ns),
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "ea-db-public", "labels": {ATTACHMENT_LABEL: "db-public"}},
-            "spec": {"selector": {"app": "elsewhere"}, "ports": [{"port": 1}]},
-        },
-    )
-    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-ident")
-    await wait_attachment(kube, ns, "db-public", "False", "ServiceNameConflict", operator)
-    still = await rendered(kube, ns, "db-public")
-    assert still is not None
-    assert still["metadata"]["resourceVersion"] == squatter["metadata"]["resourceVersion"]
+    await tenant.address_class("it-default", "198.51.100.8/29", default=True)
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("plain", endpoint)
+    ready = await attachment_attached(tenant, "plain", operator)
+    claim = await only_claim(tenant, ready)
+    assert "className" not in claim["spec"]  # the substrate resolves the default, not us
+    assert claim["status"]["className"] == "it-default"
+    service = await tenant.service_of(ready)
+    assert ingress(service) == addresses(claim) == ready["status"]["addresses"]
 
 
-async def test_identity_deleting_the_application_collects_its_attachment(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
+async def test_a_pending_claim_renders_no_service_and_no_address_is_drawn_twice(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
+    """Eight attachments on a class of six addresses: six Attached, two ClaimPending with no Service
+    rendered; one claim per attachment (no double mint), six distinct addresses. Freeing one (the
+    class reclaims with Delete) lets a pending attachment have it."""
     ns = tenant.namespace
-    await tenant.address_class("it-gc", cidrs=["198.51.100.48/29"])
-    app = await tenant.app("db")
-    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
-    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-gc")
-    ready = await wait_attachment(kube, ns, "db-public", "True", "Published", operator)
-    address = ready["status"]["address"]
-
-    # Real garbage collection: the owner reference to the HelmRelease takes the attachment along,
-    # and our finalizer releases its Service and address on the way out.
-    await kube.delete(HELMRELEASES.path(ns, app["metadata"]["name"]))
-    await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns, timeout=60)
-    assert await rendered(kube, ns, "db-public") is None
-    await wait_for_object(kube, ALLOCATIONS, address, lambda a: a is None)
-
-    # The application recreated under the same name inherits nothing.
-    await tenant.app("db")
-    assert (await kube.list(ATTACHMENTS.path(ns)))["items"] == []
-
-
-async def test_no_double_mint_and_pool_exhaustion_recovers(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
-) -> None:
-    ns = tenant.namespace
-    await tenant.address_class("it-small", cidrs=["198.51.100.56/29"])  # 6 usable addresses
-    await tenant.app("db")
-    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    await tenant.address_class("it-small", "198.51.100.16/29", reclaim="Delete")  # 6 host addresses
+    endpoint = await tenant.app_with_endpoint()
     names = [f"a{i}" for i in range(8)]
-    await asyncio.gather(*(tenant.attachment(n, "postgres-db-rw", class_name="it-small") for n in names))
+    await asyncio.gather(*(tenant.attachment(n, endpoint, class_name="it-small") for n in names))
 
-    async def settled() -> list[Obj] | None:
+    async def split() -> list[Obj] | None:
         items = (await kube.list(ATTACHMENTS.path(ns)))["items"]
-        ready = [a for a in items if condition(a, "Ready") == ("True", "Published")]
-        exhausted = [a for a in items if condition(a, "AddressBound") == ("False", "PoolExhausted")]
-        return items if len(ready) == 6 and len(exhausted) == 2 else None
+        done = [a for a in items if attached(a)]
+        pending = [a for a in items if provisioned_false("ClaimPending")(a)]
+        return items if len(done) == 6 and len(pending) == 2 else None
 
-    items = await eventually(settled, timeout=60, what="6 published, 2 exhausted")
-    addresses = [a["status"]["address"] for a in items if a.get("status", {}).get("address")]
-    assert len(addresses) == len(set(addresses)) == 6
-    allocations = [
-        a for a in (await kube.list(ALLOCATIONS.path()))["items"] if a["spec"]["className"] == "it-small"
-    ]
-    assert sorted(a["spec"]["address"] for a in allocations) == sorted(addresses)
+    items = await eventually(split, timeout=90, what="6 Attached, 2 ClaimPending")
+    drawn = [ip for a in items for ip in addresses(a)]
+    assert len(drawn) == len(set(drawn)) == 6
+    claims = (await kube.list(CLAIMS.path(ns)))["items"]
+    assert len(claims) == 8, "one claim per attachment"
+    for item in items:
+        if not attached(item):
+            assert phase(item) == PENDING
+            assert await tenant.service_of(item) is None, "a Service rendered for a Pending claim"
+            assert await tenant.labelled_services(item["metadata"]["name"]) == []
 
-    # Freeing one address lets an exhausted attachment have it.
-    winner = next(a for a in items if a.get("status", {}).get("address"))
+    winner = next(a for a in items if attached(a))
     await kube.delete(ATTACHMENTS.path(ns, winner["metadata"]["name"]))
-    items = await eventually(
-        lambda: _published_count(kube, ns, 6),
-        timeout=60,
-        what="an exhausted attachment takes the freed address",
-    )
-    assert len({a["status"]["address"] for a in items}) == 6
+
+    async def six_again() -> list[Obj] | None:
+        now = [a for a in (await kube.list(ATTACHMENTS.path(ns)))["items"] if attached(a)]
+        return now if len(now) == 6 else None
+
+    now = await eventually(six_again, timeout=60, what="a pending attachment takes the freed address")
+    assert len({ip for a in now for ip in addresses(a)}) == 6
 
 
-async def _published_count(kube: Kube, ns: str, count: int) -> list[Obj] | None:
-    items = (await kube.list(ATTACHMENTS.path(ns)))["items"]
-    ready = [a for a in items if condition(a, "Ready") == ("True", "Published")]
-    return ready if len(ready) == count else None
-
-
-async def test_vm_modes_need_a_declared_proxy_and_no_port_translation(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
+async def test_nothing_is_drawn_while_nothing_can_be_published(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
-    ns = tenant.namespace
-    await tenant.address_class("it-vm", cidrs=["198.51.100.64/29"])
+    """A VM mode without the platform's datapath declaration (the default): DatapathContractUnavailable;
+    a vm-instance endpoint with only its sentinel port and no ports or method: NothingToPublish.
+    Neither mints a claim."""
+    await tenant.address_class("it-nothing", "198.51.100.24/29")
     await tenant.app("vm1", kind="VMInstance")
     await tenant.endpoint(
         "vm1",
         "vm1",
         kind="VMInstance",
         selector={"vm": "vm1"},
-        ports=[{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 22}],
+        ports=[
+            {"name": "sentinel", "protocol": "TCP", "port": VM_SENTINEL_PORT, "targetPort": VM_SENTINEL_PORT}
+        ],
     )
-    await tenant.endpoint(
-        "vm1-web",
-        "vm1",
-        kind="VMInstance",
-        selector={"vm": "vm1"},
-        ports=[{"name": "http", "protocol": "TCP", "port": 80, "targetPort": 8080}],
+    await tenant.attachment(
+        "whole", "vm1", app="vm1", kind="VMInstance", class_name="it-nothing", method="WholeIP"
     )
-    await tenant.attachment("vm-ssh", "vm1", class_name="it-vm", mode="PortList")
-    await wait_attachment(kube, ns, "vm-ssh", "False", "ProxyNotDeclared", operator, type_="DatapathAdmitted")
-    assert await rendered(kube, ns, "vm-ssh") is None
-
-    await tenant.proxy()
-    await tenant.pod("vm1-launcher", {"vm": "vm1"})
-    await wait_attachment(kube, ns, "vm-ssh", "True", "Published", operator)
-    service = await rendered(kube, ns, "vm-ssh")
-    assert service is not None
-    assert service["metadata"]["labels"][SERVICE_PROXY_NAME_LABEL] == "cozy-proxy"
-
-    await tenant.attachment("vm-web", "vm1-web", class_name="it-vm", mode="PortList")
-    await wait_attachment(
-        kube, ns, "vm-web", "False", "PortTranslationUnsupported", operator, type_="DatapathAdmitted"
+    await tenant.attachment("bare", "vm1", app="vm1", kind="VMInstance", class_name="it-nothing")
+    ns = tenant.namespace
+    whole = await wait_attachment(
+        kube, ns, "whole", provisioned_false("DatapathContractUnavailable"), operator
     )
+    bare = await wait_attachment(kube, ns, "bare", provisioned_false("NothingToPublish"), operator)
+    for item in (whole, bare):
+        assert await tenant.minted_claims(item) == []
+        assert await tenant.service_of(item) is None
+        assert not item["status"].get("claimName")
 
 
-async def test_exclusivity_per_backend_pod(
-    kube: Kube, tenant: Tenant, operator: RunningOperator, lb: MetalLB
+# --- referencing a reserved claim -----------------------------------------------------------------
+
+
+async def test_hold_and_move_a_reserved_claim_never_written(
+    kube: Kube, operator: RunningOperator, tenant: Tenant, world: World
 ) -> None:
     ns = tenant.namespace
-    await tenant.address_class("it-excl", cidrs=["198.51.100.72/29"])
-    await tenant.proxy()
-    await tenant.app("vm2", kind="VMInstance")
-    await tenant.endpoint(
-        "vm2",
-        "vm2",
-        kind="VMInstance",
-        selector={"vm": "vm2"},
-        ports=[{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 22}],
-    )
-    await tenant.pod("vm2-launcher", {"vm": "vm2"})
+    await tenant.address_class("it-claims", "198.51.100.32/29")
+    await tenant.bound_claim("held-ip", "it-claims")
+    await settled(world)
+    reserved = await kube.get(CLAIMS.path(ns, "held-ip"))
+    assert reserved is not None
+    [ip] = addresses(reserved)
 
-    # Two VM-mode attachments on one pod: the older publishes, the younger is dark.
-    await tenant.attachment("older", "vm2", class_name="it-excl", mode="WholeIP")
-    await wait_attachment(kube, ns, "older", "True", "Published", operator)
-    await tenant.attachment("younger", "vm2", class_name="it-excl", mode="WholeIP")
-    await wait_attachment(
-        kube, ns, "younger", "False", "ExclusivityConflict", operator, type_="DatapathAdmitted"
-    )
-    assert await rendered(kube, ns, "younger") is None
+    await tenant.app("one")
+    await tenant.endpoint("postgres-one-rw", "one", selector={"app": "one"})
+    await tenant.attachment("first", "postgres-one-rw", app="one", claim_name="held-ip")
+    first = await attachment_attached(tenant, "first", operator)
+    assert (first["status"]["claimName"], first["status"]["addresses"]) == ("held-ip", [ip])
+    assert ingress(await tenant.service_of(first)) == [ip]
+    assert await tenant.minted_claims(first) == []
 
-    # A chart's own cozy-proxy Service on the pod beats every attachment.
-    await kube.create(
-        SERVICES.path(ns),
-        {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {"name": "vm2-chart", "labels": {SERVICE_PROXY_NAME_LABEL: "cozy-proxy"}},
-            "spec": {"selector": {"vm": "vm2"}, "ports": [{"port": 22}]},
-        },
-    )
-    await wait_attachment(
-        kube, ns, "older", "False", "ExclusivityConflict", operator, type_="DatapathAdmitted"
-    )
-    await wait_for_object(kube, SERVICES, "ea-older", lambda s: s is None, namespace=ns)
-    await kube.delete(SERVICES.path(ns, "vm2-chart"))
-    await wait_attachment(kube, ns, "older", "True", "Published", operator)
-    await kube.delete(ATTACHMENTS.path(ns, "younger"))
+    # Another application's attachment of the same claim while the first holds it: ClaimInUse,
+    # nothing rendered (no address is ever Provisioned on two Services).
+    await tenant.app("two", kind="MySQL")
+    await tenant.endpoint("mysql-two", "two", kind="MySQL", selector={"app": "two"})
+    await tenant.attachment("second", "mysql-two", app="two", kind="MySQL", claim_name="held-ip")
+    waiting = await wait_attachment(kube, ns, "second", provisioned_false("ClaimInUse"), operator)
+    assert await tenant.service_of(waiting) is None
 
-    # WholeIP with two ready backends stays dark, and publishes again at one.
-    await tenant.pod("vm2-launcher-2", {"vm": "vm2"})
-    await wait_attachment(kube, ns, "older", "False", "MultipleBackends", operator, type_="DatapathAdmitted")
-    await wait_for_object(kube, SERVICES, "ea-older", lambda s: s is None, namespace=ns)
-    await tenant.set_ready("vm2-launcher-2", False)
-    await wait_attachment(kube, ns, "older", "True", "Published", operator)
+    # Hold: the claim's address survives the attachment that used it.
+    await kube.delete(ATTACHMENTS.path(ns, "first"))
+    gone_at = time.monotonic()
+    await wait_for_object(kube, ATTACHMENTS, "first", lambda o: o is None, namespace=ns)
+
+    # Move: the other application's attachment gets the same address, without a requeue.
+    second = await attachment_attached(tenant, "second", operator)
+    moved_after = time.monotonic() - gone_at
+    assert second["status"]["addresses"] == [ip]
+    assert ingress(await tenant.service_of(second)) == [ip]
+    print(f"move: the second attachment Attached {moved_after:.2f}s after the first was deleted")
+
+    # The referenced claim was never written by us: the same object, version and all.
+    await settled(world)
+    claim = await kube.get(CLAIMS.path(ns, "held-ip"))
+    assert claim is not None
+    assert claim["metadata"] == reserved["metadata"]
+    assert claim["status"]["addresses"] == reserved["status"]["addresses"]
 
 
-async def test_repair_releases_an_orphaned_allocation(
-    kube: Kube, tenant: Tenant, operator: RunningOperator
+async def test_a_claim_associated_to_another_live_service_is_in_use(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
-    await tenant.address_class("it-repair", cidrs=["198.51.100.80/29"])
-    orphan = {
-        "apiVersion": GROUP_VERSION,
-        "kind": "IPAddressAllocation",
-        "metadata": {"name": "198.51.100.81"},
-        "spec": {
-            "address": "198.51.100.81",
-            "className": "it-repair",
-            "holder": {
-                "kind": "EndpointAttachment",
-                "namespace": tenant.namespace,
-                "name": "gone",
-                "uid": "0000-gone",
+    ns = tenant.namespace
+    await tenant.address_class("it-inuse", "198.51.100.40/29")
+    claim = await tenant.bound_claim("theirs", "it-inuse")
+    [ip] = addresses(claim)
+    foreign = service_body(
+        "hand-made", selector={"app": "other"}, type_="LoadBalancer", annotations={CLAIM_ANNOTATION: "theirs"}
+    )
+    await kube.create(SERVICES.path(ns), foreign)
+    await wait_for_object(kube, SERVICES, "hand-made", lambda s: ingress(s) == [ip], namespace=ns)
+
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("late", endpoint, claim_name="theirs")
+    in_use = await wait_attachment(kube, ns, "late", provisioned_false("ClaimInUse"), operator)
+    assert "hand-made" in message(in_use, PROVISIONED), message(in_use, PROVISIONED)
+    assert await tenant.service_of(in_use) is None
+
+    # The foreign holder goes: picked up from the watch (the contract's bar: within a second).
+    await kube.delete(SERVICES.path(ns, "hand-made"))
+    gone_at = time.monotonic()
+    late = await attachment_attached(tenant, "late", operator)
+    print(f"claim in use: Attached {time.monotonic() - gone_at:.2f}s after the foreign holder went")
+    assert late["status"]["addresses"] == [ip]
+
+
+async def test_a_missing_claim_is_not_found_until_it_exists(
+    kube: Kube, operator: RunningOperator, tenant: Tenant, namespace: str
+) -> None:
+    """Not found: a claim of that name nowhere, or only in another namespace; created later, the
+    attachment picks it up from the watch."""
+    other = f"{namespace}-other"[:63]
+    await kube.create(
+        NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": other}}
+    )
+    try:
+        await tenant.address_class("it-missing", "198.51.100.48/29")
+        elsewhere = Tenant(kube, other, tenant.world)
+        await elsewhere.bound_claim("wanted", "it-missing")
+        endpoint = await tenant.app_with_endpoint()
+        await tenant.attachment("wants", endpoint, claim_name="wanted")
+        missing = await wait_attachment(
+            kube, namespace, "wants", provisioned_false("ClaimNotFound"), operator
+        )
+        assert await tenant.service_of(missing) is None
+        assert phase(missing) == PENDING
+
+        await tenant.bound_claim("wanted", "it-missing")
+        found = await attachment_attached(tenant, "wants", operator)
+        mine = await kube.get(CLAIMS.path(namespace, "wanted"))
+        assert found["status"]["addresses"] == addresses(mine)
+        assert addresses(mine) != addresses(await kube.get(CLAIMS.path(other, "wanted")))
+    finally:
+        for claim in (await kube.list(CLAIMS.path(other)))["items"]:
+            await kube.delete(CLAIMS.path(other, claim["metadata"]["name"]))
+        await wait_for_object(kube, CLAIMS, "wanted", lambda c: c is None, namespace=other)
+        await kube.delete(NAMESPACES.path(name=other))
+
+
+async def test_a_referenced_claim_of_another_family_is_a_family_conflict(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    await tenant.address_class("it-family", "198.51.100.56/29")
+    await tenant.bound_claim("v4-only", "it-family", family="IPv4")
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("six", endpoint, claim_name="v4-only", family="IPv6")
+    conflict = await wait_attachment(
+        kube, tenant.namespace, "six", provisioned_false("FamilyConflict"), operator
+    )
+    said = message(conflict, PROVISIONED)
+    assert "IPv4" in said, said
+    assert "IPv6" in said, said
+    assert await tenant.service_of(conflict) is None
+
+
+async def test_the_ports_subset_is_mirrored(kube: Kube, operator: RunningOperator, tenant: Tenant) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-ports", "198.51.100.64/29")
+    await tenant.app("db")
+    await tenant.endpoint(
+        "postgres-db-rw",
+        "db",
+        selector={"app": "db"},
+        ports=[
+            {"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432},
+            {"name": "metrics", "protocol": "TCP", "port": 9187, "targetPort": 9187},
+        ],
+    )
+    await tenant.attachment("metrics", "postgres-db-rw", class_name="it-ports", ports=[9187])
+    ready = await attachment_attached(tenant, "metrics", operator)
+    service = await tenant.service_of(ready)
+    assert service is not None
+    assert [(p["name"], p["port"]) for p in service["spec"]["ports"]] == [("metrics", 9187)]
+
+    # ports is a render knob: widened, the same Service mirrors both.
+    await kube.patch(
+        ATTACHMENTS.path(ns, "metrics"), {"spec": {"loadBalancer": {"ports": [5432, 9187]}}}, "merge"
+    )
+    await wait_for_object(
+        kube,
+        SERVICES,
+        service["metadata"]["name"],
+        lambda s: s is not None and sorted(p["port"] for p in s["spec"]["ports"]) == [5432, 9187],
+        namespace=ns,
+        what="both ports mirrored",
+    )
+
+
+# --- identity --------------------------------------------------------------------------------------
+
+
+async def test_identity_a_labelled_service_without_our_reference_is_never_touched(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-squat", "198.51.100.72/29")
+    endpoint = await tenant.app_with_endpoint()
+    squatter = await kube.create(
+        SERVICES.path(ns),
+        service_body("squatter", labels={ATTACHMENT_LABEL: "db-public"}, selector={"app": "elsewhere"}),
+    )
+    await tenant.attachment("db-public", endpoint, class_name="it-squat")
+    ready = await attachment_attached(tenant, "db-public", operator)
+    service = await tenant.service_of(ready)
+    assert service is not None
+    assert service["metadata"]["name"] != "squatter"
+    assert ready["status"]["serviceName"] == service["metadata"]["name"]
+
+    await kube.delete(ATTACHMENTS.path(ns, "db-public"))
+    await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns)
+    still = await kube.get(SERVICES.path(ns, "squatter"))
+    assert still is not None
+    assert still["metadata"]["resourceVersion"] == squatter["metadata"]["resourceVersion"]
+
+
+async def test_identity_a_recreated_application_withdraws_and_inherits_nothing(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    """The HelmRelease deleted and recreated under the same name (a new UID): the attachment reports
+    ApplicationIncarnationChanged and its Service is withdrawn; nothing of it passes to the new
+    incarnation. The garbage collector would collect the attachment at once (its owner's UID is
+    gone), so a policy holds the collector's delete back for the observation (the GC retries)."""
+    ns = tenant.namespace
+    await tenant.address_class("it-reborn", "198.51.100.80/29")
+    release = await tenant.app("db")
+    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-reborn")
+    ready = await attachment_attached(tenant, "db-public", operator)
+    service = await tenant.service_of(ready)
+    assert service is not None
+
+    await _fence_the_garbage_collector(kube, tenant)
+    await kube.delete(HELMRELEASES.path(ns, release["metadata"]["name"]))
+    await wait_for_object(kube, HELMRELEASES, release["metadata"]["name"], lambda o: o is None, namespace=ns)
+    reborn = await tenant.app("db")
+    assert reborn["metadata"]["uid"] != release["metadata"]["uid"]
+
+    changed = await wait_attachment(
+        kube, ns, "db-public", resolved_false("ApplicationIncarnationChanged"), operator
+    )
+    await wait_for_object(
+        kube,
+        SERVICES,
+        service["metadata"]["name"],
+        lambda s: s is None,
+        namespace=ns,
+        what="the Service withdrawn",
+    )
+    assert phase(changed) != ATTACHED
+    assert condition(changed, PROVISIONED)[0] == "False"
+    owners = [r["uid"] for r in changed["metadata"].get("ownerReferences") or []]
+    assert reborn["metadata"]["uid"] not in owners, "the new incarnation was adopted"
+    assert await tenant.service_of(changed) is None
+
+
+async def _fence_the_garbage_collector(kube: Kube, tenant: Tenant) -> None:
+    """A policy refusing the garbage collector's deletes of attachments in the tenant's namespace
+    (and everyone's delete of one probe ConfigMap, by which the test sees the policy in force)."""
+    ns = tenant.namespace
+    name = f"gc-fence-{ns}"[:63]
+    await kube.create(
+        POLICIES.path(),
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {
+                    "resourceRules": [
+                        {
+                            "apiGroups": [ATTACHMENTS.api_version.split("/")[0]],
+                            "apiVersions": ["v1alpha1"],
+                            "operations": ["DELETE"],
+                            "resources": ["endpointattachments"],
+                        },
+                        {
+                            "apiGroups": [""],
+                            "apiVersions": ["v1"],
+                            "operations": ["DELETE"],
+                            "resources": ["configmaps"],
+                        },
+                    ]
+                },
+                "validations": [
+                    {
+                        "expression": f"request.userInfo.username != '{GC_USER}' && "
+                        "!(request.kind.kind == 'ConfigMap' && "
+                        f"oldObject.metadata.name == '{GC_FENCE_PROBE}')",
+                        "message": "the garbage collector waits (test fence)",
+                        "reason": "Forbidden",
+                    }
+                ],
             },
         },
-    }
-    await kube.create(ALLOCATIONS.path(), orphan)
-    await wait_for_object(kube, ALLOCATIONS, "198.51.100.81", lambda a: a is None, timeout=30)
+    )
+    tenant.cluster_objects.append(POLICIES.path(name=name))
+    await kube.create(
+        POLICY_BINDINGS.path(),
+        {
+            "apiVersion": "admissionregistration.k8s.io/v1",
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}},
+            },
+        },
+    )
+    tenant.cluster_objects.append(POLICY_BINDINGS.path(name=name))
+    await kube.create(
+        CONFIGMAPS.path(ns), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": GC_FENCE_PROBE}}
+    )
+
+    async def in_force() -> bool:
+        try:
+            await kube.delete(CONFIGMAPS.path(ns, GC_FENCE_PROBE))
+        except ApiError as error:
+            return error.status == 403
+        await kube.create(
+            CONFIGMAPS.path(ns),
+            {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": GC_FENCE_PROBE}},
+        )
+        return False
+
+    await eventually(in_force, what="the garbage collector's fence in force")
+
+
+async def test_identity_deleting_the_application_collects_its_attachment(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-gc", "198.51.100.88/29")
+    release = await tenant.app("db")
+    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-gc")
+    ready = await attachment_attached(tenant, "db-public", operator)
+    service = await tenant.service_of(ready)
+    claim = await only_claim(tenant, ready)
+    assert service is not None
+
+    # Real garbage collection: the owner reference to the HelmRelease takes the attachment along,
+    # our finalizer takes its Service first, and the minted claim follows the attachment.
+    await kube.delete(HELMRELEASES.path(ns, release["metadata"]["name"]))
+    await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns, timeout=60)
+    assert await kube.get(SERVICES.path(ns, service["metadata"]["name"])) is None
+    await wait_for_object(
+        kube, CLAIMS, claim["metadata"]["name"], lambda c: c is None, namespace=ns, timeout=60
+    )
+
+    # The application recreated under the same name inherits nothing.
+    await tenant.app("db")
+    assert (await kube.list(ATTACHMENTS.path(ns)))["items"] == []
+
+
+async def test_identity_a_recreated_attachment_adopts_nothing(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    """An attachment deleted and created again under the same name: it mints a claim of its own and
+    renders a Service of its own, though the old claim (held here by a finalizer of the test's) is
+    still there with the same diagnostic label."""
+    ns = tenant.namespace
+    await tenant.address_class("it-again", "198.51.100.96/29")
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("db-public", endpoint, class_name="it-again")
+    old = await attachment_attached(tenant, "db-public", operator)
+    old_claim = await only_claim(tenant, old)
+    old_service = await tenant.service_of(old)
+    assert old_service is not None
+    claim_path = CLAIMS.path(ns, old_claim["metadata"]["name"])
+    finalizers = [*old_claim["metadata"].get("finalizers", []), HOLD_FINALIZER]
+    await kube.patch(claim_path, {"metadata": {"finalizers": finalizers}}, "merge")
+    try:
+        await kube.delete(ATTACHMENTS.path(ns, "db-public"))
+        await wait_for_object(kube, ATTACHMENTS, "db-public", lambda o: o is None, namespace=ns)
+        assert await kube.get(claim_path) is not None
+
+        await tenant.attachment("db-public", endpoint, class_name="it-again")
+        new = await attachment_attached(tenant, "db-public", operator)
+        new_claim = await only_claim(tenant, new)
+        new_service = await tenant.service_of(new)
+        assert new_service is not None
+        assert new_claim["metadata"]["name"] != old_claim["metadata"]["name"]
+        assert new["status"]["claimName"] == new_claim["metadata"]["name"]
+        assert new_service["metadata"]["uid"] != old_service["metadata"]["uid"]
+        left = await kube.get(claim_path)
+        assert left is not None
+        assert [r["uid"] for r in left["metadata"]["ownerReferences"]] == [old["metadata"]["uid"]]
+    finally:
+        held = await kube.get(claim_path)
+        if held is not None:
+            kept = [f for f in held["metadata"].get("finalizers", []) if f != HOLD_FINALIZER]
+            await kube.patch(claim_path, {"metadata": {"finalizers": kept}}, "merge")
+
+
+# --- detach and reattach ---------------------------------------------------------------------------
+
+
+async def test_detach_and_reattach_with_the_same_address(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    ns = tenant.namespace
+    await tenant.address_class("it-detach", "198.51.100.104/29")
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("db-public", endpoint, class_name="it-detach")
+    ready = await attachment_attached(tenant, "db-public", operator)
+    claim = await only_claim(tenant, ready)
+    service = await tenant.service_of(ready)
+    assert service is not None
+    held = ready["status"]["addresses"]
+
+    await kube.delete(SERVICES.path(ns, endpoint))
+    detached = await wait_attachment(
+        kube,
+        ns,
+        "db-public",
+        lambda o: phase(o) == DETACHED and provisioned_false("EndpointDetached")(o),
+        operator,
+    )
+    await wait_for_object(
+        kube,
+        SERVICES,
+        service["metadata"]["name"],
+        lambda s: s is None,
+        namespace=ns,
+        what="the Service withdrawn",
+    )
+    assert detached["status"]["claimName"] == claim["metadata"]["name"]
+    assert not detached["status"].get("serviceName")
+    kept = await kube.get(CLAIMS.path(ns, claim["metadata"]["name"]))
+    assert (phase(kept), addresses(kept)) == ("Bound", held)
+
+    await tenant.endpoint(endpoint, "db", selector={"app": "db", "role": "primary"})
+    back = await attachment_attached(tenant, "db-public", operator)
+    assert back["status"]["addresses"] == held
+    assert back["status"]["claimName"] == claim["metadata"]["name"]
+    assert ingress(await tenant.service_of(back)) == held
+
+
+# --- Dual, on the claim's side ---------------------------------------------------------------------
+
+
+async def test_dual_binds_two_addresses_and_the_api_refuses_the_dual_stack_service(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    await tenant.address_class("it-dual", "2001:db8:200::/120", "198.51.100.112/29")
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("both", endpoint, class_name="it-dual", family="Dual")
+    refused = await wait_attachment(
+        kube, tenant.namespace, "both", provisioned_false("RenderFailed"), operator
+    )
+    said = message(refused, PROVISIONED)
+    assert "dual-stack" in said.lower() or "IPv6" in said, said  # the API's own words
+    claim = await only_claim(tenant, refused)
+    assert claim["spec"]["family"] == "Dual"
+    v4, v6 = addresses(claim)
+    assert (v4.startswith("198.51.100."), v6.startswith("2001:db8:200::")) == (True, True)
+    assert refused["status"]["addresses"] == [v4, v6]
+    assert phase(refused) == PENDING
+    assert await tenant.service_of(refused) is None
+
+
+# --- the substrate installed after the operator started --------------------------------------------
+
+
+@pytest.fixture
+def own_cluster() -> Iterator[ClusterInfo]:
+    with LocalControlPlane() as info:
+        yield info
+
+
+async def test_the_substrate_installed_after_the_operator_started(
+    own_cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """On a control plane of its own (the substrate's CRDs are absent there at first): the
+    attachment reports ClaimPending saying the substrate is not installed; once a hoster installs it
+    (CRDs, controllers, a class) the same operator process provisions it, without a restart."""
+    kube = await Kube.connect(own_cluster.kubeconfig)
+    ns = "tenant-late"
+    async with (
+        ea_crds_and_node(kube, [HELMRELEASE_CRD_FILE, EA_CRD_FILE]),
+        metallb(kube, own_cluster.kubeconfig, tmp_path / "metallb.log"),
+        ea_operator(kube, own_cluster, tmp_path) as running,
+    ):
+        await kube.create(
+            NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": ns}}
+        )
+        await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=ns)
+        tenant = Tenant(kube, ns)
+        endpoint = await tenant.app_with_endpoint()
+        await tenant.attachment("early", endpoint, class_name="late")
+        absent = await wait_attachment(kube, ns, "early", provisioned_false("ClaimPending"), running)
+        said = message(absent, PROVISIONED)
+        assert "substrate" in said.lower() or "not installed" in said.lower(), said
+        assert await tenant.service_of(absent) is None
+
+        await apply_all(kube, [doc for path in SUBSTRATE_CRD_FILES for doc in load(path)])
+        async with substrate(kube):
+            await tenant.address_class("late", "198.51.100.120/29")
+            ready = await attachment_attached(tenant, "early", running)
+            assert running.process.returncode is None
+            assert len(addresses(ready)) == 1
+    # The control plane stops with the fixture: nothing to clean up in it.
+
+
+# --- traces and metrics ----------------------------------------------------------------------------
 
 
 async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
-    kube: Kube, cluster: ClusterInfo, tenant: Tenant, lb: MetalLB, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, world: World, tenant: Tenant, tmp_path: Path
 ) -> None:
     ns = tenant.namespace
     with otlp_receiver() as receiver:
@@ -493,15 +848,14 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
             "OTEL_RESOURCE_ATTRIBUTES": f"k8s.pod.name=ea-under-test,k8s.namespace.name={OPERATOR_NAMESPACE}",
         }
         async with ea_operator(kube, cluster, tmp_path, env) as operator:
-            await tenant.address_class("it-trace", cidrs=["198.51.100.88/29"])
-            await tenant.app("db")
-            await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
-            await tenant.attachment("traced", "postgres-db-rw", class_name="it-trace")
-            ready = await wait_attachment(kube, ns, "traced", "True", "Published", operator)
+            await tenant.address_class("it-trace", "198.51.100.128/29")
+            endpoint = await tenant.app_with_endpoint()
+            await tenant.attachment("traced", endpoint, class_name="it-trace")
+            ready = await attachment_attached(tenant, "traced", operator)
             uid = ready["metadata"]["uid"]
 
             # The rendered Service carries the traceparent of the pass that wrote it.
-            service = await rendered(kube, ns, "traced")
+            service = await tenant.service_of(ready)
             assert service is not None
             traceparent = service["metadata"]["annotations"][TRACEPARENT_ANNOTATION]
             version, trace_id, _, _ = traceparent.split("-")
@@ -518,19 +872,17 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
                     key=lambda s: s.start_time_unix_nano,
                 )
 
-            async def published() -> list[Span] | None:
+            async def provisioned() -> list[Span] | None:
                 chain = passes()
                 reasons = [attributes(s).get("condition.reasons") for s in chain]
-                return chain if any(isinstance(r, list) and "Published" in r for r in reasons) else None
+                return chain if any(isinstance(r, list) and PROVISIONED in r for r in reasons) else None
 
-            chain = await eventually(published, what="the pass that published, exported")
-            # At least: minted and rendered (one pass decides again after a mint), then the load
-            # balancer answered and the attachment was Ready.
+            chain = await eventually(provisioned, what="the pass that provisioned, exported")
+            # At least: minted (the claim not Bound yet), rendered once Bound, then Provisioned.
             assert len(chain) >= 2
             for earlier, later in itertools.pairwise(chain):
                 assert any(link.span_id == earlier.span_id for link in later.links), "passes are not chained"
-            outcomes = {attributes(s)["outcome"] for s in chain}
-            assert "changed" in outcomes
+            assert "changed" in {attributes(s)["outcome"] for s in chain}
             writes = [s for s in receiver.snapshot() if s.name == "POST services"]
             assert any(s.trace_id.hex() == trace_id for s in writes), (
                 "no Service write in the annotated trace"
@@ -540,7 +892,7 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
                 r.get("service.name") == "cozystack-endpointattachment-operator" for r in receiver.resources
             )
 
-            # Metrics, parsed as Prometheus would.
+            # Metrics, parsed as Prometheus would: one controller now (the claim and class ones are gone).
             samples = await operator.scrape()
             names = {name for name, _ in samples}
             assert {
@@ -550,22 +902,21 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
                 "leader_election_master_status",
             } <= names
             assert {labels for name, labels in samples if name == "controller_runtime_active_workers"} == {
-                (("controller", controller),)
-                for controller in ("endpointattachment", "ipaddressclaim", "ipaddressclass")
+                (("controller", ATTACHMENT_CONTROLLER),)
             }
             success = (
                 "controller_runtime_reconcile_total",
                 (("controller", ATTACHMENT_CONTROLLER), ("result", "success")),
             )
             assert samples[success] >= 1
-            allocated = (
-                "cozystack_endpointattachment_pool_addresses",
-                (("ipaddressclass", "it-trace"), ("state", "allocated")),
-            )
-            assert samples[allocated] == 1
-            published_ready = (
+            provisioned_true = (
                 "cozystack_endpointattachment_attachments",
-                (("reason", "Published"), ("status", "True"), ("type", "Ready")),
+                (("reason", PROVISIONED), ("status", "True"), ("type", PROVISIONED)),
             )
-            assert samples[published_ready] >= 1
+            assert samples[provisioned_true] >= 1
+            assert condition(ready, RESOLVED) == ("True", RESOLVED)
             assert await operator.healthz() == 200
+
+            # Gone while this operator still runs (its finalizer takes the Service first).
+            await kube.delete(ATTACHMENTS.path(ns, "traced"))
+            await wait_for_object(kube, ATTACHMENTS, "traced", lambda o: o is None, namespace=ns)

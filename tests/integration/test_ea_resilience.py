@@ -1,27 +1,33 @@
-"""EndpointAttachment resilience (issue 9): restarts withdraw nothing, and a network that breaks (cut,
-then half-open) loses nothing the operator must act on.
+"""EndpointAttachment resilience (issues 9 and 16): restarts change nothing, and a network that breaks
+(cut, then half-open) loses nothing the operator must act on.
 
 Both proofs run the real operator as a subprocess under its own ServiceAccount
-(``tests.support.ea_cluster``), against the local control plane, with MetalLB's real controller as the
-load balancer (``tests.support.loadbalancer``: an IPAddressPool per IPAddressClass).
+(``tests.support.ea_cluster``), against the local control plane, with the address substrate's model
+(``tests.support.substrate``: classes, claims, addresses, the pin) and MetalLB's real controller
+assigning the pinned addresses.
 
-* ``test_restarts_withdraw_nothing`` publishes one attachment in each of ``NAMESPACE_COUNT``
-  namespaces, among thousands of HelmReleases and Services (half of the attachments are admitted to
-  their class only by a Namespace label), plus one exclusivity conflict between two VM-mode
-  attachments; then restarts the operator ``RESTARTS`` times (SIGTERM, a new process), each time
-  waiting until the new process leads and has passed over every attachment (its pass counter, an
-  empty queue, no busy worker). A list-then-watch held across all the restarts must see no rendered
-  Service deleted or created again, no Ready condition change, no attachment deleted, and the loser
-  of the conflict never Ready; the rendered Services' UIDs and the allocations are the same after.
+* ``test_restarts_change_nothing`` provisions one attachment in each of ``NAMESPACE_COUNT``
+  namespaces, among thousands of HelmReleases and Services: half of them mint a claim from the
+  default class (naming none), half reference a claim the tenant reserved, so a decision made before
+  the claim or class cache synced would withdraw them; plus one exclusivity conflict between two
+  WholeIP attachments on one VM pod (the operator runs with the cozy-proxy datapath declared). Then
+  it restarts the operator ``RESTARTS`` times (SIGTERM, a new process), each time waiting until the
+  new process leads and has passed over every attachment (its pass counter, an empty queue, no busy
+  worker). A list-then-watch of the rendered Services, the attachments and every claim, held across
+  all the restarts, must see not one event: no Service, claim or attachment written (so no
+  resourceVersion changed and no condition flipped), created or deleted, and the loser of the
+  conflict never Provisioned. The Services' and the claims' UIDs are the same after, and no second
+  claim was minted.
 * ``test_deletions_while_cut_off_and_a_half_open_network`` runs the operator through the fault proxy
   (``tests.support.faultproxy``). While the proxy refuses (and the operator has lost its watches),
   an admin deletes a rendered Service, an endpoint Service, and a namespace with its attachment;
-  once the proxy forwards again, the operator's re-lists must show it all: it re-creates the first,
-  withdraws the Service of the second attachment (EndpointNotFound), and finalizes the third
-  (its address released). Then the proxy blackholes: calls time out (``API_TIMEOUT_SECONDS``), and once
-  it forwards again a change made during the blackhole and one made after it are both acted on, by
-  the same process, still leading. Both outages stay well below the leader's renew deadline (10s):
-  losing the lease ends the process by design, which is a restart, the first proof's subject.
+  once the proxy forwards again, the operator's re-lists must show it all: it renders the first
+  again (the same address: its claim was kept), detaches the second (``EndpointDetached``: Service
+  withdrawn, claim kept), and finalizes the third (its claim collected, the address deleted as its
+  class's reclaim policy says). Then the proxy blackholes: calls time out (``API_TIMEOUT_SECONDS``),
+  and once it forwards again a change made during the blackhole and one made after it are both acted
+  on, by the same process, still leading. Both outages stay well below the leader's renew deadline
+  (10s): losing the lease ends the process by design, which is a restart, the first proof's subject.
 
 Every wait is on a condition with a deadline (``tests.support.waiting``), never a bare sleep.
 """
@@ -36,53 +42,50 @@ from collections import Counter, defaultdict
 from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Final
+from typing import Final
 
 import httpx
 import pytest
 
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
-from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
-    MODE_WHOLE_IP,
-    REASON_ENDPOINT_NOT_FOUND,
-    REASON_EXCLUSIVITY_CONFLICT,
-    REASON_PUBLISHED,
-)
 from shared.kube import NO_ANSWER, ApiError, Kube, Obj
 from shared.resources import HELMRELEASES, NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES
 from shared.runtime.cache import Key, key_of
-from tests.ea_builders import (
-    for_create,
-    lineage_labels,
-    make_attachment,
-    make_class,
-    make_helmrelease,
-    make_service,
-    make_serviceproxy,
-)
 from tests.support.ea_cluster import (
-    ALLOCATIONS,
+    ADDRESSES,
     ATTACHMENT_CONTROLLER,
+    ATTACHMENT_LABEL,
     ATTACHMENTS,
+    CLAIMS,
     CLASSES,
+    DETACHED,
     LEADER_ELECTION_ID,
     NODE,
-    PROXIES,
+    PROVISIONED,
+    World,
+    address_class_body,
+    addresses,
     alive_and_no_unexpected_traceback,
+    attachment_body,
+    claim_body,
     condition,
-    ea_crds_and_node,
     ea_operator,
+    ea_world,
+    helmrelease_body,
+    lineage,
     operator_kubeconfig,
+    service_body,
+    wait_attachment,
 )
 from tests.support.faultproxy import Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
 from tests.support.operators import RunningOperator
+from tests.support.substrate import DELETE, address_name
 from tests.support.waiting import eventually, wait_for_object
 
 # --- the load of the restart proof ---------------------------------------------------------------
 
-# Hundreds of tenant namespaces, one published attachment in each.
+# Hundreds of tenant namespaces, one provisioned attachment in each.
 NAMESPACE_COUNT: Final = 200
 # Thousands of HelmReleases and Services in total (the attachment's application and its endpoint
 # are one of each per namespace); every one of them is cached, and must be, before any decision.
@@ -95,18 +98,17 @@ CREATE_CONCURRENCY: Final = 32
 # The restarts, each a SIGTERM and a new process.
 RESTARTS: Final = 5
 LOAD_PREFIX: Final = "ea-rs"
-# Half the namespaces are "public": the class of their attachments admits only those, by this label,
-# so a decision made before the Namespace cache synced would withdraw them.
-TIER_LABEL: Final = "resilience.cozystack.io/tier"
-PUBLIC_TIER: Final = "public"
-PRIVATE_TIER: Final = "private"
-OPEN_CLASS: Final = "rs-open"
-PUBLIC_CLASS: Final = "rs-public"
-OPEN_CIDR: Final = "100.64.0.0/23"
-PUBLIC_CIDR: Final = "100.64.2.0/23"
-# The VM-mode exclusivity conflict: two WholeIP attachments on one pod; the older publishes.
+# Even namespaces mint from the default class (their attachments name no class); odd ones reference
+# a claim the tenant reserved from the other class.
+DEFAULT_CLASS: Final = "rs-default"
+RESERVED_CLASS: Final = "rs-reserved"
+DEFAULT_CIDR: Final = "100.64.0.0/23"
+RESERVED_CIDR: Final = "100.64.2.0/23"
+RESERVED_CLAIM: Final = "held"
+# The VM-mode exclusivity conflict: two WholeIP attachments on one pod; the older provisions.
 VM_NAMESPACE: Final = f"{LOAD_PREFIX}-vm"
 VM_APP: Final = "vm1"
+VM_KIND: Final = "VMInstance"
 VM_WINNER: Final = "vm-older"
 VM_LOSER: Final = "vm-younger"
 VM_POD_IP: Final = "10.244.7.10"
@@ -114,24 +116,32 @@ ATTACHMENT_NAME: Final = "published"
 ENDPOINT_APP: Final = "app0"  # the application of the attachment in each namespace
 # Every attachment the operator passes over after a restart: one per namespace, and the VM pair.
 ATTACHMENT_TOTAL: Final = NAMESPACE_COUNT + 2
-PUBLISHED_TOTAL: Final = NAMESPACE_COUNT + 1  # all but the conflict's loser
+PROVISIONED_TOTAL: Final = NAMESPACE_COUNT + 1  # all but the conflict's loser
 # Bounds of the waits of the restart proof.
-SETTLE_SECONDS: Final = 150.0  # every attachment published after the first start (cold, under load)
+# Every attachment provisioned after the first start (cold, under load): 228 s measured on 2 shared
+# cores, most of it the substrate model binding 200 claims one write at a time.
+SETTLE_SECONDS: Final = 420.0
 SETTLE_POLL_SECONDS: Final = 1.0
 CAUGHT_UP_SECONDS: Final = 60.0  # a restarted operator leads and has passed over every attachment
-CLEANUP_SECONDS: Final = 90.0
+CLEANUP_SECONDS: Final = 180.0
 # After a failure, clean-up is best effort and short: the failure is the news.
 CLEANUP_AFTER_FAILURE_SECONDS: Final = 20.0
-# The annotation a test writes to an attachment (and the name of a Service it creates) to learn that
-# the recorder's watches have delivered everything up to that write.
+# The annotation a test writes to an attachment (and the name of a Service and of a claim it
+# creates) to learn that the recorder's watches have delivered everything up to that write.
 SENTINEL_ANNOTATION: Final = "resilience.cozystack.io/sentinel"
-SENTINEL_SERVICE: Final = "recorder-sentinel"
-RENDERED_PREFIX: Final = "ea-"
+SENTINEL: Final = "recorder-sentinel"
+# A class nobody defines: the sentinel claim stays Pending and draws nothing.
+SENTINEL_CLASS: Final = "rs-nonexistent"
 HEADLESS: Final = "None"  # spec.clusterIP of a headless Service
-READY: Final = "Ready"
-DATAPATH_ADMITTED: Final = "DatapathAdmitted"
+# The contract's vocabulary (docs/ and the design reference).
 TRUE: Final = "True"
 FALSE: Final = "False"
+REASON_PROVISIONED: Final = "Provisioned"
+REASON_BACKEND_ALREADY_DELEGATED: Final = "BackendAlreadyDelegated"
+REASON_ENDPOINT_DETACHED: Final = "EndpointDetached"
+WHOLE_IP: Final = "WholeIP"
+# The operator's setting declaring cozy-proxy deployed (the VM conflict needs it).
+VM_DATAPATH: Final = "--vm-datapath=cozy-proxy"
 # The recorder's first LIST of each kind, before it watches.
 RECORDER_LISTED_SECONDS: Final = 30.0
 # The longest name of a namespace (a DNS label).
@@ -160,10 +170,10 @@ ATTACHMENT_WAIT_SECONDS: Final = 40.0
 
 
 @pytest.fixture(scope="module")
-async def ea_crds(kube: Kube) -> AsyncIterator[None]:
-    """The operator's CRDs, Flux's HelmRelease CRD and the test Node, for this module."""
-    async with ea_crds_and_node(kube):
-        yield
+async def world(kube: Kube) -> AsyncIterator[World]:
+    """The CRDs, MetalLB and the substrate's model, for the module."""
+    async with ea_world(kube) as running:
+        yield running
 
 
 # --- building the world ----------------------------------------------------------------------------
@@ -186,56 +196,43 @@ async def run_bounded(jobs: Iterable[Callable[[], Awaitable[object]]], limit: in
     return done
 
 
-def helmrelease_body(namespace: str, app: str, kind: str = "Postgres") -> Obj:
+def application_body(app: str, kind: str = "Postgres") -> Obj:
     """A Cozystack application's HelmRelease, as Flux's CRD accepts it, with the lineage labels."""
-    release = make_helmrelease(
-        f"{kind.lower()}-{app}", namespace, labels=lineage_labels(kind=kind, name=app, tenant_facing=False)
-    )
-    body = for_create(release)
-    return body
+    return helmrelease_body(f"{kind.lower()}-{app}", lineage(kind, app, tenant_facing=False))
 
 
-def service_body(
+def endpoint_body(
     name: str,
-    namespace: str,
     app: str,
     *,
     selector: Mapping[str, str],
     kind: str = "Postgres",
-    tenant_facing: bool = True,
-    ports: Sequence[Mapping[str, Any]] | None = None,
+    ports: Sequence[Obj] | None = None,
 ) -> Obj:
-    """A Service of an application, labelled as Cozystack's lineage webhook labels it."""
-    service = make_service(
-        name,
-        namespace,
-        labels=lineage_labels(kind=kind, name=app, tenant_facing=tenant_facing),
-        selector=selector,
-        ports=ports,
-    )
-    body = for_create(service)
-    return body
+    """A tenant-facing Service of an application, labelled as Cozystack's lineage webhook labels it."""
+    return service_body(name, labels=lineage(kind, app), selector=selector, ports=ports)
 
 
-def background_service_body(name: str, namespace: str, app: str) -> Obj:
+def background_service_body(name: str, app: str) -> Obj:
     """An application's headless Service without a selector, not tenant-facing: cached like any
     Service, and cheap to create by the thousand (no cluster IP to allocate, and no EndpointSlice or
     Endpoints for the controller-manager to add)."""
-    body = service_body(name, namespace, app, selector={}, tenant_facing=False)
+    body = service_body(name, labels=lineage("Postgres", app, tenant_facing=False))
     body["spec"]["clusterIP"] = HEADLESS
     return body
 
 
-def attachment_body(name: str, namespace: str, endpoint: str, class_name: str, **kwargs: Any) -> Obj:
-    """An attachment of ``endpoint`` minting from ``class_name``, ready to create."""
-    return for_create(
-        make_attachment(name, namespace, endpoint=endpoint, class_name=class_name, owner_uid=None, **kwargs)
-    )
+def class_body(name: str, cidr: str, *, default: bool = False) -> Obj:
+    """A class of the substrate's MetalLB driver; its addresses are deleted with their claim."""
+    return address_class_body(name, [cidr], reclaim=DELETE, default=default)
 
 
-def namespace_body(name: str, labels: Mapping[str, str] | None = None) -> Obj:
-    """A Namespace with ``labels``."""
-    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name, "labels": dict(labels or {})}}
+def namespace_body(name: str) -> Obj:
+    return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
+
+
+def provisioned(attachment: Obj | None) -> bool:
+    return condition(attachment, PROVISIONED) == (TRUE, REASON_PROVISIONED)
 
 
 @dataclass(frozen=True)
@@ -248,21 +245,20 @@ class Load:
     seconds: float
 
 
-def load_namespace(index: int) -> tuple[str, str]:
-    """(name, tier) of load namespace ``index``: even ones are public."""
-    return f"{LOAD_PREFIX}-{index:03d}", PUBLIC_TIER if index % 2 == 0 else PRIVATE_TIER
+def load_namespace(index: int) -> tuple[str, bool]:
+    """(name, whether it references a reserved claim) of load namespace ``index``: odd ones do."""
+    return f"{LOAD_PREFIX}-{index:03d}", index % 2 == 1
 
 
-async def create_load(kube: Kube) -> Load:
+async def create_load(kube: Kube, balancer: MetalLB) -> Load:
     """The classes, the namespaces, and in each namespace its applications' HelmReleases and Services
-    (one of them the endpoint of its attachment) and the attachment; plus the VM conflict."""
+    (one of them the endpoint of its attachment), a reserved claim in odd ones, and the attachment;
+    plus the VM conflict."""
     started = time.monotonic()
-    await kube.create(CLASSES.path(), for_create(make_class(OPEN_CLASS, cidrs=[OPEN_CIDR])))
-    public = {"matchLabels": {TIER_LABEL: PUBLIC_TIER}}
-    await kube.create(
-        CLASSES.path(), for_create(make_class(PUBLIC_CLASS, cidrs=[PUBLIC_CIDR], allowed_namespaces=public))
-    )
-    await kube.create(PROXIES.path(), for_create(make_serviceproxy()))
+    await kube.create(CLASSES.path(), class_body(DEFAULT_CLASS, DEFAULT_CIDR, default=True))
+    await kube.create(CLASSES.path(), class_body(RESERVED_CLASS, RESERVED_CIDR))
+    for name in (DEFAULT_CLASS, RESERVED_CLASS):
+        await balancer.wait_for_pool(name)
     spaces = [load_namespace(i) for i in range(NAMESPACE_COUNT)]
 
     def create(path: str, body: Obj) -> Callable[[], Awaitable[object]]:
@@ -270,31 +266,31 @@ async def create_load(kube: Kube) -> Load:
 
     await run_bounded(
         [
-            *(create(NAMESPACES.path(), namespace_body(ns, {TIER_LABEL: tier})) for ns, tier in spaces),
-            create(NAMESPACES.path(), namespace_body(VM_NAMESPACE, {TIER_LABEL: PRIVATE_TIER})),
+            *(create(NAMESPACES.path(), namespace_body(ns)) for ns, _ in spaces),
+            create(NAMESPACES.path(), namespace_body(VM_NAMESPACE)),
         ],
         CREATE_CONCURRENCY,
     )
 
     def objects() -> Iterable[Callable[[], Awaitable[object]]]:
-        for ns, tier in spaces:
+        endpoint = f"postgres-{ENDPOINT_APP}-rw"
+        for ns, reserved in spaces:
             for j in range(RELEASES_PER_NAMESPACE):
-                yield create(HELMRELEASES.path(ns), helmrelease_body(ns, f"app{j}"))
+                yield create(HELMRELEASES.path(ns), application_body(f"app{j}"))
             yield create(
-                SERVICES.path(ns),
-                service_body(f"postgres-{ENDPOINT_APP}-rw", ns, ENDPOINT_APP, selector={"app": ENDPOINT_APP}),
+                SERVICES.path(ns), endpoint_body(endpoint, ENDPOINT_APP, selector={"app": ENDPOINT_APP})
             )
             # The rest: the applications' other Services, not tenant-facing.
             for j in range(1, SERVICES_PER_NAMESPACE):
                 yield create(
-                    SERVICES.path(ns),
-                    background_service_body(f"postgres-app{j}-headless", ns, f"app{j}"),
+                    SERVICES.path(ns), background_service_body(f"postgres-app{j}-headless", f"app{j}")
                 )
-            class_name = PUBLIC_CLASS if tier == PUBLIC_TIER else OPEN_CLASS
-            yield create(
-                ATTACHMENTS.path(ns),
-                attachment_body(ATTACHMENT_NAME, ns, f"postgres-{ENDPOINT_APP}-rw", class_name),
-            )
+            if reserved:
+                yield create(CLAIMS.path(ns), claim_body(RESERVED_CLAIM, RESERVED_CLASS))
+                body = attachment_body(ATTACHMENT_NAME, endpoint, app=ENDPOINT_APP, claim_name=RESERVED_CLAIM)
+            else:
+                body = attachment_body(ATTACHMENT_NAME, endpoint, app=ENDPOINT_APP)
+            yield create(ATTACHMENTS.path(ns), body)
 
     await run_bounded(objects(), CREATE_CONCURRENCY)
     await create_vm_conflict(kube)
@@ -308,13 +304,12 @@ async def create_load(kube: Kube) -> Load:
 
 async def create_vm_conflict(kube: Kube) -> None:
     """A VM with one ready launcher pod, and two WholeIP attachments on its Service: the older one
-    (created first, and first by name) publishes, the younger one must stay dark."""
+    (created first, and first by name) provisions, the younger one must stay dark."""
     ns = VM_NAMESPACE
-    kind = "VMInstance"
-    await kube.create(HELMRELEASES.path(ns), helmrelease_body(ns, VM_APP, kind))
+    await kube.create(HELMRELEASES.path(ns), application_body(VM_APP, VM_KIND))
     ssh = [{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 22}]
     await kube.create(
-        SERVICES.path(ns), service_body(VM_APP, ns, VM_APP, selector={"vm": VM_APP}, kind=kind, ports=ssh)
+        SERVICES.path(ns), endpoint_body(VM_APP, VM_APP, selector={"vm": VM_APP}, kind=VM_KIND, ports=ssh)
     )
     pod = {
         "apiVersion": "v1",
@@ -333,53 +328,57 @@ async def create_vm_conflict(kube: Kube) -> None:
     }
     await kube.patch(PODS.path(ns, f"{VM_APP}-launcher") + "/status", {"status": status}, kind="merge")
     for name in (VM_WINNER, VM_LOSER):
-        await kube.create(
-            ATTACHMENTS.path(ns), attachment_body(name, ns, VM_APP, OPEN_CLASS, mode=MODE_WHOLE_IP)
+        body = attachment_body(
+            name, VM_APP, app=VM_APP, kind=VM_KIND, class_name=DEFAULT_CLASS, method=WHOLE_IP
         )
+        await kube.create(ATTACHMENTS.path(ns), body)
 
 
 async def settled(kube: Kube) -> list[Obj] | None:
-    """Every attachment published, but the conflict's loser, which is dark for its conflict."""
+    """Every attachment provisioned, but the conflict's loser, which is dark for its conflict."""
     items = (await kube.list(ATTACHMENTS.path()))["items"]
-    published = [a for a in items if condition(a, READY) == (TRUE, REASON_PUBLISHED)]
+    done = [a for a in items if provisioned(a)]
     loser = [
         a
         for a in items
         if key_of(a) == (VM_NAMESPACE, VM_LOSER)
-        and condition(a, DATAPATH_ADMITTED) == (FALSE, REASON_EXCLUSIVITY_CONFLICT)
+        and condition(a, PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
     ]
-    return items if len(items) == ATTACHMENT_TOTAL and len(published) == PUBLISHED_TOTAL and loser else None
+    return items if len(items) == ATTACHMENT_TOTAL and len(done) == PROVISIONED_TOTAL and loser else None
 
 
 async def remove_load(kube: Kube, load: Load, timeout: float = CLEANUP_SECONDS) -> None:
-    """Delete the attachments, then the namespaces, and wait until the still running operator has
-    finalized every attachment; then delete the cluster-scoped objects. The namespaces' other
-    content is the namespace controller's to remove, in the background. (Leaving the attachments to
-    the namespace controller would finalize them at its pace, kind by kind, after it deleted their
-    rendered Services.)"""
+    """Delete the attachments and the reserved claims, and wait until the still running operator has
+    finalized every attachment and the substrate has deleted every address of the load's classes
+    (its minted claims collected with their attachments); then the namespaces (their other content
+    is the namespace controller's to remove, in the background) and the classes."""
     listed = (await kube.list(ATTACHMENTS.path()))["items"]
     await run_bounded(
         [functools.partial(kube.delete, ATTACHMENTS.path(*key_of(a))) for a in listed], CREATE_CONCURRENCY
     )
+    reserved = [ns for ns, held in map(load_namespace, range(NAMESPACE_COUNT)) if held]
+    await run_bounded(
+        [functools.partial(kube.delete, CLAIMS.path(ns, RESERVED_CLAIM)) for ns in reserved],
+        CREATE_CONCURRENCY,
+    )
     for pod in (await kube.list(PODS.path(VM_NAMESPACE)))["items"]:
         await kube.delete(PODS.path(VM_NAMESPACE, pod["metadata"]["name"]), grace_period_seconds=0)
+
+    async def released() -> bool:
+        if (await kube.list(ATTACHMENTS.path(), limit=1))["items"]:
+            return False
+        left = (await kube.list(ADDRESSES.path()))["items"]
+        return not [a for a in left if a["spec"].get("className") in (DEFAULT_CLASS, RESERVED_CLASS)]
+
+    await eventually(
+        released, timeout=timeout, interval=SETTLE_POLL_SECONDS, what="attachments finalized, addresses freed"
+    )
     await run_bounded(
         [functools.partial(kube.delete, NAMESPACES.path(name=ns)) for ns in load.namespaces],
         CREATE_CONCURRENCY,
     )
-
-    async def attachments_gone() -> bool:
-        return not (await kube.list(ATTACHMENTS.path(), limit=1))["items"]
-
-    await eventually(
-        attachments_gone, timeout=timeout, interval=SETTLE_POLL_SECONDS, what="attachments finalized"
-    )
-    for path in (
-        CLASSES.path(name=OPEN_CLASS),
-        CLASSES.path(name=PUBLIC_CLASS),
-        PROXIES.path(name="cozy-proxy"),
-    ):
-        await kube.delete(path)
+    for name in (DEFAULT_CLASS, RESERVED_CLASS):
+        await kube.delete(CLASSES.path(name=name))
 
 
 # --- the recorder ----------------------------------------------------------------------------------
@@ -387,37 +386,36 @@ async def remove_load(kube: Kube, load: Load, timeout: float = CLEANUP_SECONDS) 
 
 @dataclass
 class Recorder:
-    """A list-then-watch of the rendered Services (by the attachment label) and of every attachment,
-    held across a whole run: every ADDED and DELETED of a Service (with its UID), and every change of
-    an attachment's Ready status. A watch that ends normally is resumed from the last version seen;
-    one that fails (410 Gone, an ERROR event) is a gap, and a gap fails the proof."""
+    """A list-then-watch of the rendered Services (by the attachment label), of every attachment and
+    of every claim, held across a whole run: every event after the initial lists. A watch that ends
+    normally is resumed from the last version seen; one that fails (410 Gone, an ERROR event) is a
+    gap, and a gap fails the proof. The sentinels (``sync_recorder``) are counted apart."""
 
     kube: Kube
-    services: dict[Key, list[tuple[str, str]]] = field(default_factory=lambda: defaultdict(list))
-    service_modifications: Counter[Key] = field(default_factory=Counter)
-    ready: dict[Key, str] = field(default_factory=dict)
-    ready_changes: list[tuple[Key, str, str]] = field(default_factory=list)
-    ever_ready: set[Key] = field(default_factory=set)
-    attachment_modifications: Counter[Key] = field(default_factory=Counter)
-    attachments_deleted: list[Key] = field(default_factory=list)
-    sentinels: set[str] = field(default_factory=set)
+    events: dict[str, dict[Key, list[tuple[str, str]]]] = field(
+        default_factory=lambda: {kind: defaultdict(list) for kind in ("services", "attachments", "claims")}
+    )
+    listed_uids: dict[str, dict[Key, str]] = field(
+        default_factory=lambda: {kind: {} for kind in ("services", "attachments", "claims")}
+    )
+    ever_provisioned: set[Key] = field(default_factory=set)
+    sentinels: Counter[str] = field(default_factory=Counter)
     gaps: list[str] = field(default_factory=list)
     listed: dict[str, asyncio.Event] = field(
-        default_factory=lambda: {"services": asyncio.Event(), "attachments": asyncio.Event()}
+        default_factory=lambda: {kind: asyncio.Event() for kind in ("services", "attachments", "claims")}
     )
 
     async def run(self) -> None:
-        """Follow both kinds until cancelled."""
+        """Follow the three kinds until cancelled."""
         async with asyncio.TaskGroup() as group:
-            group.create_task(self._follow("services", SERVICES.path(), ATTACHMENT_LABEL, self._on_service))
-            group.create_task(self._follow("attachments", ATTACHMENTS.path(), "", self._on_attachment))
+            group.create_task(self._follow("services", SERVICES.path(), ATTACHMENT_LABEL))
+            group.create_task(self._follow("attachments", ATTACHMENTS.path(), ""))
+            group.create_task(self._follow("claims", CLAIMS.path(), ""))
 
-    async def _follow(
-        self, name: str, path: str, label_selector: str, on_event: Callable[[str, Obj], None]
-    ) -> None:
+    async def _follow(self, name: str, path: str, label_selector: str) -> None:
         listing = await self.kube.list(path, label_selector=label_selector)
         for obj in listing["items"]:
-            on_event("LISTED", obj)
+            self._on_event(name, "LISTED", obj)
         version = listing["metadata"]["resourceVersion"]
         self.listed[name].set()
         while True:
@@ -430,46 +428,34 @@ class Recorder:
                         return
                     version = (obj.get("metadata") or {}).get("resourceVersion") or version
                     if kind != "BOOKMARK":
-                        on_event(kind, obj)
+                        self._on_event(name, kind, obj)
             except (ApiError, *NO_ANSWER) as error:
                 self.gaps.append(f"{name}: {type(error).__name__}: {error}")
                 return
 
-    def _on_service(self, kind: str, service: Obj) -> None:
-        key = key_of(service)
-        if key[1] == SENTINEL_SERVICE:
-            self.sentinels.add(str((service["metadata"].get("annotations") or {}).get(SENTINEL_ANNOTATION)))
+    def _on_event(self, name: str, kind: str, obj: Obj) -> None:
+        key = key_of(obj)
+        if not in_load(key):  # another test's objects, e.g. a namespace still being deleted
             return
-        if kind in ("LISTED", "ADDED", "DELETED"):
-            self.services[key].append((kind, service["metadata"]["uid"]))
-        elif kind == "MODIFIED":
-            self.service_modifications[key] += 1
-
-    def _on_attachment(self, kind: str, attachment: Obj) -> None:
-        key = key_of(attachment)
-        sentinel = (attachment["metadata"].get("annotations") or {}).get(SENTINEL_ANNOTATION)
+        sentinel = (obj["metadata"].get("annotations") or {}).get(SENTINEL_ANNOTATION)
         if sentinel:
-            self.sentinels.add(sentinel)
-        if kind == "DELETED":
-            self.attachments_deleted.append(key)
+            self.sentinels[f"{name}/{sentinel}"] += 1
+        if key[1] == SENTINEL:
             return
-        if kind == "MODIFIED":
-            self.attachment_modifications[key] += 1
-        status = condition(attachment, READY)[0]
-        if status == TRUE:
-            self.ever_ready.add(key)
-        before = self.ready.get(key)
-        if before is not None and before != status:
-            self.ready_changes.append((key, before, status))
-        self.ready[key] = status
+        if name == "attachments" and provisioned(obj):
+            self.ever_provisioned.add(key)
+        if kind == "LISTED":
+            self.listed_uids[name][key] = obj["metadata"]["uid"]
+        else:
+            self.events[name][key].append((kind, str(obj["metadata"].get("resourceVersion"))))
 
-    def rendered_churn(self) -> dict[Key, list[tuple[str, str]]]:
-        """Rendered Services with any event after the initial list: a deletion or a re-creation."""
-        return {
-            key: events
-            for key, events in self.services.items()
-            if key[1].startswith(RENDERED_PREFIX) and [kind for kind, _ in events] != ["LISTED"]
-        }
+    def changes(
+        self, name: str, allowed: Mapping[Key, int] | None = None
+    ) -> dict[Key, list[tuple[str, str]]]:
+        """Every object of kind ``name`` with events after the initial list (beyond ``allowed``: how
+        many the sentinel writes on it explain)."""
+        allowed = allowed or {}
+        return {key: events for key, events in self.events[name].items() if len(events) > allowed.get(key, 0)}
 
 
 @contextlib.asynccontextmanager
@@ -489,24 +475,27 @@ async def recording(kube: Kube) -> AsyncIterator[Recorder]:
 
 
 async def sync_recorder(kube: Kube, recorder: Recorder, token: str) -> None:
-    """Write a sentinel to both watched kinds and wait until the recorder has seen both: every change
-    before the writes has been delivered to it by then (a watch delivers in order)."""
-    annotation = {"metadata": {"annotations": {SENTINEL_ANNOTATION: token}}}
-    await kube.patch(ATTACHMENTS.path(VM_NAMESPACE, VM_WINNER), annotation, "merge")
-    sentinel = {
+    """Write a sentinel to each watched kind and wait until the recorder has seen each: every change
+    before the writes has been delivered to it by then (a watch delivers in order). On attachments
+    the sentinel is an annotation on the VM winner (one event there, ``changes`` allows for it); on
+    Services and claims it is an object of its own, named ``SENTINEL``."""
+    annotations = {SENTINEL_ANNOTATION: token}
+    await kube.patch(
+        ATTACHMENTS.path(VM_NAMESPACE, VM_WINNER), {"metadata": {"annotations": annotations}}, "merge"
+    )
+    service = {
         "apiVersion": "v1",
         "kind": "Service",
-        "metadata": {
-            "name": SENTINEL_SERVICE,
-            "labels": {ATTACHMENT_LABEL: SENTINEL_SERVICE},
-            "annotations": {SENTINEL_ANNOTATION: f"{token}-service"},
-        },
+        "metadata": {"name": SENTINEL, "labels": {ATTACHMENT_LABEL: SENTINEL}, "annotations": annotations},
         "spec": {"ports": [{"port": 1}]},
     }
-    await kube.create(SERVICES.path(VM_NAMESPACE), sentinel)
+    await kube.create(SERVICES.path(VM_NAMESPACE), service)
+    claim = claim_body(SENTINEL, SENTINEL_CLASS)
+    claim["metadata"]["annotations"] = annotations
+    await kube.create(CLAIMS.path(VM_NAMESPACE), claim)
 
     async def seen() -> bool:
-        return {token, f"{token}-service"} <= recorder.sentinels
+        return all(recorder.sentinels[f"{kind}/{token}"] for kind in ("services", "attachments", "claims"))
 
     await eventually(seen, what="the recorder to see the sentinels")
 
@@ -563,15 +552,18 @@ async def caught_up(operator: RunningOperator, passes: int) -> Progress:
         raise AssertionError(f"{error}\noperator log:\n{operator.log_tail()}") from None
 
 
-async def rendered_services(kube: Kube) -> dict[Key, Obj]:
-    listing = await kube.list(SERVICES.path(), label_selector=ATTACHMENT_LABEL)
-    return {key_of(s): s for s in listing["items"] if s["metadata"]["name"].startswith(RENDERED_PREFIX)}
+def in_load(key: Key) -> bool:
+    """Whether the object is in one of the restart proof's namespaces."""
+    return key[0].startswith(f"{LOAD_PREFIX}-")
 
 
-async def allocations(kube: Kube) -> dict[str, str]:
-    """Every allocation: name -> UID."""
+async def uids(kube: Kube, path: str, label_selector: str = "") -> dict[Key, str]:
+    """Every object listed at ``path`` in the load's namespaces but a sentinel: key -> UID."""
+    listing = await kube.list(path, label_selector=label_selector)
     return {
-        a["metadata"]["name"]: a["metadata"]["uid"] for a in (await kube.list(ALLOCATIONS.path()))["items"]
+        key_of(o): o["metadata"]["uid"]
+        for o in listing["items"]
+        if in_load(key_of(o)) and o["metadata"]["name"] != SENTINEL
     }
 
 
@@ -593,38 +585,50 @@ class Stopwatch:
         return seconds
 
 
-async def test_restarts_withdraw_nothing(
-    kube: Kube, cluster: ClusterInfo, ea_crds: None, lb: MetalLB, tmp_path: Path
+async def test_restarts_change_nothing(
+    kube: Kube, cluster: ClusterInfo, world: World, tmp_path: Path
 ) -> None:
-    """Issue 9, proof 1: restarting the operator, with thousands of objects its caches must hold
-    before it decides anything, withdraws no Service, flips no Ready and re-mints no address."""
+    """Restarting the operator ``RESTARTS`` times, with thousands of objects its caches must hold
+    before it decides anything, writes nothing: no Service, claim or attachment changes, no
+    condition flips, no second claim is minted."""
     watch = Stopwatch()
-    load = await create_load(kube)
+    load = await create_load(kube, world.balancer)
     watch.lap(
         f"\nload: {len(load.namespaces)} namespaces, {load.releases} HelmReleases, {load.services} Services, "
         f"{ATTACHMENT_TOTAL} attachments created"
     )
     kubeconfig = await operator_kubeconfig(kube, cluster, tmp_path / "op.kubeconfig")
+
+    def start(index: int) -> contextlib.AbstractAsyncContextManager[RunningOperator]:
+        return ea_operator(
+            kube,
+            cluster,
+            tmp_path,
+            kubeconfig=kubeconfig,
+            extra_args=[VM_DATAPATH],
+            log_name=f"operator-{index}.log",
+        )
+
     stack = contextlib.AsyncExitStack()
     removed = False
     try:
-        operator = await stack.enter_async_context(
-            ea_operator(kube, cluster, tmp_path, kubeconfig=kubeconfig, log_name="operator-0.log")
-        )
+        operator = await stack.enter_async_context(start(0))
         try:
             await eventually(
                 lambda: settled(kube),
                 timeout=SETTLE_SECONDS,
                 interval=SETTLE_POLL_SECONDS,
-                what="every attachment published",
+                what="every attachment provisioned",
             )
         except AssertionError as error:
             raise AssertionError(f"{error}\noperator log:\n{operator.log_tail()}") from None
         await caught_up(operator, ATTACHMENT_TOTAL)
-        watch.lap("first start: every attachment published")
-        services_before = await rendered_services(kube)
-        allocations_before = await allocations(kube)
-        assert len(services_before) == PUBLISHED_TOTAL
+        watch.lap("first start: every attachment provisioned")
+        services_before = await uids(kube, SERVICES.path(), ATTACHMENT_LABEL)
+        claims_before = await uids(kube, CLAIMS.path())
+        assert len(services_before) == PROVISIONED_TOTAL
+        # One claim per attachment but the loser's (if it minted one at all): minted or reserved.
+        assert PROVISIONED_TOTAL <= len(claims_before) <= ATTACHMENT_TOTAL, sorted(claims_before)
 
         async with recording(kube) as recorder:
             for restart in range(1, RESTARTS + 1):
@@ -632,11 +636,7 @@ async def test_restarts_withdraw_nothing(
                 assert operator.process.returncode == 0, operator.log_tail()
                 stopped = watch.lap(f"restart {restart}: stopped", quiet=True)
                 stack = contextlib.AsyncExitStack()
-                operator = await stack.enter_async_context(
-                    ea_operator(
-                        kube, cluster, tmp_path, kubeconfig=kubeconfig, log_name=f"operator-{restart}.log"
-                    )
-                )
+                operator = await stack.enter_async_context(start(restart))
                 after = await caught_up(operator, ATTACHMENT_TOTAL)
                 watch.lap(
                     f"restart {restart}: stopped in {stopped:.1f}s; "
@@ -646,23 +646,17 @@ async def test_restarts_withdraw_nothing(
             await sync_recorder(kube, recorder, "after-restarts")
 
         assert not recorder.gaps, recorder.gaps
-        assert recorder.rendered_churn() == {}, "rendered Services deleted or created again"
-        assert recorder.ready_changes == [], "Ready changed across restarts"
-        assert recorder.attachments_deleted == []
-        assert (VM_NAMESPACE, VM_LOSER) not in recorder.ever_ready
-        assert sum(1 for status in recorder.ready.values() if status == TRUE) == PUBLISHED_TOTAL
-        services_after = await rendered_services(kube)
-        assert {k: s["metadata"]["uid"] for k, s in services_after.items()} == {
-            k: s["metadata"]["uid"] for k, s in services_before.items()
-        }
-        assert await allocations(kube) == allocations_before, "an address was released or minted again"
-        watch.lap(
-            f"checked: rendered Service updates {sum(recorder.service_modifications.values())}, "
-            f"attachment updates {sum(recorder.attachment_modifications.values()) - 1} (not the sentinel)"
-        )
+        assert recorder.changes("services") == {}, "rendered Services written, created or deleted"
+        sentinel_writes = {(VM_NAMESPACE, VM_WINNER): 1}
+        assert recorder.changes("attachments", sentinel_writes) == {}, "attachments written or deleted"
+        assert recorder.changes("claims") == {}, "claims written, minted or deleted"
+        assert (VM_NAMESPACE, VM_LOSER) not in recorder.ever_provisioned
+        assert await uids(kube, SERVICES.path(), ATTACHMENT_LABEL) == services_before
+        assert await uids(kube, CLAIMS.path()) == claims_before, "a claim was minted again or deleted"
+        watch.lap("checked: no Service, claim or attachment event across the restarts")
         await remove_load(kube, load)
         removed = True
-        watch.lap("attachments finalized, namespaces deleted")
+        watch.lap("attachments finalized, addresses freed")
     finally:
         if not removed:
             with contextlib.suppress(Exception):  # best effort: the failure being raised is the news
@@ -671,23 +665,26 @@ async def test_restarts_withdraw_nothing(
 
 
 async def test_deletions_while_cut_off_and_a_half_open_network(
-    kube: Kube, cluster: ClusterInfo, ea_crds: None, lb: MetalLB, namespace: str, tmp_path: Path
+    kube: Kube,
+    cluster: ClusterInfo,
+    world: World,
+    namespace: str,
+    tmp_path: Path,
 ) -> None:
-    """Issue 9, proof 2: deletions made while the operator is cut off are acted on once it is back;
-    a half-open network times its calls out, and it recovers without a restart."""
+    """Deletions made while the operator is cut off are acted on once it is back; a half-open
+    network times its calls out, and it recovers without a restart."""
     ns, doomed = namespace, f"{namespace}-doomed"[:NAMESPACE_NAME_MAX]
     watch = Stopwatch()
     await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=ns)
-    await kube.create(CLASSES.path(), for_create(make_class(FAULT_CLASS, cidrs=[FAULT_CIDR])))
+    await kube.create(CLASSES.path(), class_body(FAULT_CLASS, FAULT_CIDR))
+    await world.balancer.wait_for_pool(FAULT_CLASS)
     await kube.create(NAMESPACES.path(), namespace_body(doomed))
     for where, app in ((ns, "kept"), (ns, "lost"), (doomed, "gone")):
-        await kube.create(HELMRELEASES.path(where), helmrelease_body(where, app))
-        await kube.create(
-            SERVICES.path(where), service_body(f"postgres-{app}-rw", where, app, selector={"app": app})
-        )
-        await kube.create(
-            ATTACHMENTS.path(where), attachment_body(app, where, f"postgres-{app}-rw", FAULT_CLASS)
-        )
+        endpoint = f"postgres-{app}-rw"
+        await kube.create(HELMRELEASES.path(where), application_body(app))
+        await kube.create(SERVICES.path(where), endpoint_body(endpoint, app, selector={"app": app}))
+        body = attachment_body(app, endpoint, app=app, class_name=FAULT_CLASS)
+        await kube.create(ATTACHMENTS.path(where), body)
 
     async with fault_proxy(kubeconfig_server(cluster.kubeconfig)) as proxy:
         direct = await operator_kubeconfig(kube, cluster, tmp_path / "op.kubeconfig")
@@ -701,13 +698,13 @@ async def test_deletions_while_cut_off_and_a_half_open_network(
             # A pass whose call got no answer may log its traceback (see the report); nothing else.
             check_on_exit=alive_and_no_unexpected_traceback,
         ) as operator:
-            published = {}
+            attached = {}
             for where, name in ((ns, "kept"), (ns, "lost"), (doomed, "gone")):
-                published[name] = await wait_attachment(kube, where, name, TRUE, REASON_PUBLISHED, operator)
-            kept_service = await kube.get(SERVICES.path(ns, "ea-kept"))
-            assert kept_service is not None
-            gone_address = published["gone"]["status"]["address"]
-            watch.lap("\nthrough the proxy: three attachments published")
+                attached[name] = await wait_attachment(kube, where, name, provisioned, operator)
+            kept_service = attached["kept"]["status"]["serviceName"]
+            lost_service = attached["lost"]["status"]["serviceName"]
+            [gone_address] = addresses(attached["gone"])
+            watch.lap("\nthrough the proxy: three attachments provisioned")
             log_mark = operator.log_path.stat().st_size
 
             # Cut: every connection closed, every new one refused; the operator notices (its watches
@@ -723,7 +720,7 @@ async def test_deletions_while_cut_off_and_a_half_open_network(
                 interval=LOG_POLL_SECONDS,
                 what="the operator to lose its watches",
             )
-            await kube.delete(SERVICES.path(ns, "ea-kept"))
+            await kube.delete(SERVICES.path(ns, kept_service))
             await kube.delete(SERVICES.path(ns, "postgres-lost-rw"))
             await kube.delete(NAMESPACES.path(name=doomed))
             await kube.delete(ATTACHMENTS.path(doomed, "gone"))
@@ -733,27 +730,37 @@ async def test_deletions_while_cut_off_and_a_half_open_network(
             await proxy.set_mode(Mode.FORWARD)
             watch.lap("cut: three deletions made while refused")
 
-            # Forwarding again: the caches list again, and every deletion is acted on.
-            recreated = await wait_for_object(
+            # Forwarding again: the caches list again, and every deletion is acted on. The first is
+            # rendered again, on the claim it kept: the same address.
+            again = await wait_attachment(
                 kube,
-                SERVICES,
-                "ea-kept",
-                lambda s: s is not None and s["metadata"]["uid"] != kept_service["metadata"]["uid"],
-                namespace=ns,
-                timeout=RECOVERY_SECONDS,
-                what="ea-kept re-created",
+                ns,
+                "kept",
+                lambda o: (
+                    provisioned(o) and (o or {})["status"].get("serviceName") not in (None, kept_service)
+                ),
+                operator,
             )
-            assert recreated is not None
-            await wait_attachment(kube, ns, "kept", TRUE, REASON_PUBLISHED, operator)
-            await wait_attachment(kube, ns, "lost", FALSE, REASON_ENDPOINT_NOT_FOUND, operator)
+            assert addresses(again) == addresses(attached["kept"])
+            assert again["status"]["claimName"] == attached["kept"]["status"]["claimName"]
+            detached = await wait_attachment(
+                kube,
+                ns,
+                "lost",
+                lambda o: condition(o, PROVISIONED) == (FALSE, REASON_ENDPOINT_DETACHED),
+                operator,
+            )
+            assert detached["status"]["phase"] == DETACHED, detached["status"]
+            assert detached["status"]["claimName"] == attached["lost"]["status"]["claimName"]
             await wait_for_object(
-                kube, SERVICES, "ea-lost", lambda s: s is None, namespace=ns, timeout=RECOVERY_SECONDS
+                kube, SERVICES, lost_service, lambda s: s is None, namespace=ns, timeout=RECOVERY_SECONDS
             )
+            assert await kube.get(CLAIMS.path(ns, detached["status"]["claimName"])) is not None
             await wait_for_object(
                 kube, ATTACHMENTS, "gone", lambda o: o is None, namespace=doomed, timeout=RECOVERY_SECONDS
             )
             await wait_for_object(
-                kube, ALLOCATIONS, gone_address, lambda a: a is None, timeout=RECOVERY_SECONDS
+                kube, ADDRESSES, address_name(gone_address), lambda a: a is None, timeout=RECOVERY_SECONDS
             )
             watch.lap("forwarding: every deletion acted on")
 
@@ -777,18 +784,19 @@ async def test_deletions_while_cut_off_and_a_half_open_network(
 
             # The change made during the blackhole, and one made after it, are both acted on.
             await kube.create(
-                ATTACHMENTS.path(ns), attachment_body("late", ns, "postgres-kept-rw", FAULT_CLASS)
+                ATTACHMENTS.path(ns),
+                attachment_body("late", "postgres-kept-rw", app="kept", class_name=FAULT_CLASS),
             )
             await wait_for_object(
                 kube,
                 SERVICES,
-                "ea-kept",
+                again["status"]["serviceName"],
                 lambda s: s is not None and len(s["spec"]["ports"]) == len(ports),
                 namespace=ns,
                 timeout=RECOVERY_SECONDS,
-                what="ea-kept mirroring the port added during the blackhole",
+                what="kept's Service mirroring the port added during the blackhole",
             )
-            await wait_attachment(kube, ns, "late", TRUE, REASON_PUBLISHED, operator)
+            await wait_attachment(kube, ns, "late", provisioned, operator)
             watch.lap("forwarding: the changes made during and after the blackhole acted on")
             now = await progress(operator)
             assert now is not None
@@ -805,22 +813,3 @@ async def logged_since(operator: RunningOperator, offset: int, text: str) -> boo
     with operator.log_path.open("rb") as log:
         log.seek(offset)
         return text.encode() in log.read()
-
-
-async def wait_attachment(
-    kube: Kube, namespace: str, name: str, status: str, reason: str, operator: RunningOperator
-) -> Obj:
-    """The attachment once its Ready condition is (status, reason); the operator's log if it never is."""
-    try:
-        found = await wait_for_object(
-            kube,
-            ATTACHMENTS,
-            name,
-            lambda o: condition(o, READY) == (status, reason),
-            namespace=namespace,
-            timeout=ATTACHMENT_WAIT_SECONDS,
-        )
-    except AssertionError as error:
-        raise AssertionError(f"{error}\noperator log:\n{operator.log_tail()}") from None
-    assert found is not None
-    return found

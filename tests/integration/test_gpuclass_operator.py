@@ -35,6 +35,7 @@ from tests.gpuclass_builders import (
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import ROOT, apply_all, delete_crd, load
 from tests.support.operators import RunningOperator, operator_process
+from tests.support.tables import printed_row
 from tests.support.waiting import eventually, wait_for_object
 
 KUBEVIRT_CRD = "kubevirts.kubevirt.io"
@@ -46,7 +47,6 @@ LEASE = "cozystack-gpuclass-operator"  # the leader-election Lease, in OPERATOR_
 RBAC_DIR = "config/rbac/gpuclass"
 NAMESPACED_RBAC_KINDS = frozenset({"ServiceAccount", "Role", "RoleBinding"})
 # What kubectl asks for: the server renders the printer columns into a meta.k8s.io Table.
-TABLE = "application/json;as=Table;v=v1;g=meta.k8s.io"
 # The fit column of the reference table: the default sizes, 0 for every class that cannot serve.
 NO_FITS = "1:0 2:0 4:0 8:0"
 REFERENCE_FITS = {
@@ -352,16 +352,7 @@ async def test_reference_fixture_gives_the_design_table(
 
 async def printed_columns(kube: Kube, name: str) -> dict[str, Any]:
     """The class's row as ``kubectl get gpuclass NAME`` prints it: column name -> cell."""
-    base, _, rest = GPUCLASSES.path(name=name).lstrip("/").partition("/")
-    async with kube.api.call_api(
-        "GET", version="", base=f"/{base}", url=rest, headers={"Accept": TABLE}
-    ) as answer:
-        table = answer.json()
-    assert table["kind"] == "Table", table
-    (row,) = table["rows"]
-    return {
-        column["name"]: cell for column, cell in zip(table["columnDefinitions"], row["cells"], strict=True)
-    }
+    return await printed_row(kube, GPUCLASSES.path(name=name))
 
 
 async def test_fits_count_vms_per_size_and_kubectl_shows_them(

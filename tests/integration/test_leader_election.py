@@ -46,14 +46,22 @@ import pytest
 from hack.devcluster import ClusterInfo
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
-from shared.resources import HELMRELEASES, LEASES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
+from shared.resources import LEASES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
 from shared.runtime.manager import LeaderElection
-from tests.ea_builders import for_create, lineage_labels, make_attachment, make_helmrelease, make_service
-from tests.ea_builders import make_class as make_address_class
 from tests.gpuclass_builders import gpu_pod, make_node
 from tests.gpuclass_builders import make_class as make_gpu_class
+from tests.support.ea_cluster import (
+    ATTACHMENT_LABEL,
+    ATTACHMENTS,
+    CLAIMS,
+    Tenant,
+    World,
+    addresses,
+    attached,
+    controller_uid,
+    ea_world,
+)
 from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process
 from tests.support.waiting import eventually, wait_for_object
@@ -96,42 +104,18 @@ EA_NAMESPACE: Final = "cozy-endpointattachment"
 EA_SERVICE_ACCOUNT: Final = "endpointattachment-operator"
 EA_RBAC_DIR: Final = "config/rbac/endpointattachment"
 EA_TENANT_ROLES: Final = frozenset({"tenant_roles.yaml"})  # the tenants' roles, not the operator's
-GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
-ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
-ADDRESS_CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
-ALLOCATIONS: Final = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
-EA_CRD_FILES: Final = (
-    "tests/fixtures/helmrelease-crd.yaml",
-    *(
-        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
-        for plural in (
-            "endpointattachments",
-            "ipaddressclaims",
-            "ipaddressclasses",
-            "ipaddressallocations",
-            "serviceproxies",
-        )
-    ),
-)
-# The repair loop runs every second and removes an orphaned allocation two seconds old: a lock the
-# killed leader minted but never recorded is gone soon after the takeover.
-REPAIR_INTERVAL_SECONDS: Final = 1.0
-REPAIR_GRACE_SECONDS: Final = 2.0
-EA_ARGS: Final = (
-    f"--repair-interval-seconds={REPAIR_INTERVAL_SECONDS}",
-    f"--repair-grace-seconds={REPAIR_GRACE_SECONDS}",
-    f"--leader-election-namespace={EA_NAMESPACE}",
-)
-# The one controller of the three whose passes show the work was done.
+EA_ARGS: Final = (f"--leader-election-namespace={EA_NAMESPACE}",)
+# The controller whose passes show the work was done.
 ATTACHMENT_CONTROLLER: Final = "endpointattachment"
 APP: Final = "db"
 APP_KIND: Final = "Postgres"
 ENDPOINT: Final = "postgres-db-rw"
-PUBLISHED: Final = ("True", "Published")
-# Attachments in the SIGKILL test, all minting from one class; killed once this many hold an address.
+# The substrate deletes a class's addresses with their claims: each test leaves nothing held.
+RECLAIM_DELETE: Final = "Delete"
+# Attachments in the SIGKILL test, all minting from one class; killed once this many claims exist.
 BATCH_SIZE: Final = 30
-KILL_AT_ALLOCATIONS: Final = 5
-# Each test mints from its own block of TEST-NET-1 (192.0.2.0/24): an allocation is named by its
+KILL_AT_CLAIMS: Final = 5
+# Each test mints from its own block of TEST-NET-1 (192.0.2.0/24): an IPAddress is named by its
 # address, cluster-wide, so blocks never overlap. The batch's /26 holds 62 addresses for 30.
 BATCH_CIDR: Final = "192.0.2.128/26"
 ELECTION_CIDR: Final = "192.0.2.192/29"
@@ -139,10 +123,8 @@ FROZEN_CIDR: Final = "192.0.2.200/29"
 HANDOVER_CIDR: Final = "192.0.2.208/29"
 # Everything the batch needs (mint, render, the load balancer's answer, Ready) after a takeover.
 WORK_TIMEOUT_SECONDS: Final = 90.0
-# The repair grace, its period, and a few passes of slack.
-NO_LEAK_TIMEOUT_SECONDS: Final = REPAIR_GRACE_SECONDS + REPAIR_INTERVAL_SECONDS + 15.0
 READY_TIMEOUT_SECONDS: Final = 40.0
-# Deleting a batch: the leader removes each Service, allocation and finalizer.
+# Deleting a batch: the leader removes each Service and finalizer.
 DRAIN_TIMEOUT_SECONDS: Final = 60.0
 
 # --- GPUClass ----------------------------------------------------------------------------------------
@@ -358,124 +340,83 @@ async def install_operator_identity(kube: Kube, namespace: str, rbac: Sequence[O
 
 
 @pytest.fixture(scope="module")
-async def ea_crds(kube: Kube) -> None:
-    await apply_all(kube, [doc for path in EA_CRD_FILES for doc in load(path)])
+async def world(kube: Kube) -> AsyncIterator[World]:
+    """The CRDs, MetalLB and the address substrate's model, for the EndpointAttachment tests."""
+    async with ea_world(kube) as running:
+        yield running
 
 
-class Tenant:
+class ElectionTenant(Tenant):
     """One tenant namespace with one application and its tenant-facing Service, an address class,
-    and the attachments a test makes; the class and the attachments are removed afterwards."""
-
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
-        self.classes: list[str] = []
+    and the attachments a test makes; all removed afterwards (``Tenant.cleanup``)."""
 
     async def setup(self, class_name: str, cidr: str) -> None:
-        await self.kube.create(
-            ADDRESS_CLASSES.path(), for_create(make_address_class(class_name, cidrs=[cidr]))
-        )
-        self.classes.append(class_name)
-        release = for_create(
-            make_helmrelease(
-                f"{APP_KIND.lower()}-{APP}",
-                self.namespace,
-                labels=lineage_labels(kind=APP_KIND, name=APP, tenant_facing=False),
-            )
-        )
-        await self.kube.create(HELMRELEASES.path(self.namespace), release)
-        service = for_create(
-            make_service(
-                ENDPOINT,
-                self.namespace,
-                labels=lineage_labels(kind=APP_KIND, name=APP, tenant_facing=True),
-                selector={"app": APP},
-            )
-        )
-        await self.kube.create(SERVICES.path(self.namespace), service)
+        await self.address_class(class_name, cidr, reclaim=RECLAIM_DELETE)
+        await self.app(APP, APP_KIND)
+        await self.endpoint(ENDPOINT, APP, kind=APP_KIND, selector={"app": APP})
 
-    async def attachment(self, name: str, class_name: str) -> Obj:
-        built = make_attachment(
-            name, self.namespace, endpoint=ENDPOINT, owner_uid=None, class_name=class_name
-        )
-        return await self.kube.create(ATTACHMENTS.path(self.namespace), for_create(built))
+    async def mint(self, name: str, class_name: str) -> Obj:
+        return await self.attachment(name, ENDPOINT, app=APP, kind=APP_KIND, class_name=class_name)
 
     async def attachments(self) -> list[Obj]:
         items: list[Obj] = (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]
         return items
 
+    async def claims(self) -> list[Obj]:
+        items: list[Obj] = (await self.kube.list(CLAIMS.path(self.namespace)))["items"]
+        return items
+
     async def drain(self, group: Sequence[Replica]) -> None:
-        """Delete every attachment and wait until the leader has finalized them all and released
-        every allocation of the tenant's classes."""
+        """Delete every attachment and wait until the leader has finalized them all."""
         for attachment in await self.attachments():
             await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
 
         async def drained() -> bool:
-            allocations = [a for name in self.classes for a in await allocations_of(self.kube, name)]
-            return not await self.attachments() and not allocations
+            return not await self.attachments()
 
         try:
             await eventually(drained, timeout=DRAIN_TIMEOUT_SECONDS, what="the attachments finalized")
         except AssertionError as error:
             raise AssertionError(f"{error}\n{logs(group)}") from None
 
-    async def cleanup(self) -> None:
-        for attachment in await self.attachments():
-            await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
-        for name in self.classes:
-            await self.kube.delete(ADDRESS_CLASSES.path(name=name))
-
 
 @pytest.fixture
-async def tenant(kube: Kube, namespace: str, ea_crds: None) -> AsyncIterator[Tenant]:
+async def tenant(kube: Kube, namespace: str, world: World) -> AsyncIterator[ElectionTenant]:
     await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=namespace)
-    world = Tenant(kube, namespace)
-    yield world
-    await world.cleanup()
+    made = ElectionTenant(kube, namespace, world)
+    yield made
+    await made.cleanup()
 
 
 @contextlib.asynccontextmanager
 async def ea_replicas(
-    kube: Kube, cluster: ClusterInfo, tmp_path: Path, lease_name: str, tenant: Tenant
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, lease_name: str, tenant: ElectionTenant
 ) -> AsyncIterator[list[Replica]]:
-    """Two EndpointAttachment replicas and the load balancer; when the test passed, the tenant's
-    attachments are deleted while a leader still runs, so they are finalized now (their Services
-    and allocations released) instead of being left for the next test's replicas."""
+    """Two EndpointAttachment replicas (MetalLB and the substrate run for the module); when the test
+    passed, the tenant's attachments are deleted while a leader still runs, so they are finalized
+    now (their Services withdrawn) instead of being left for the next test's replicas."""
     await install_operator_identity(
         kube, EA_NAMESPACE, operator_rbac(EA_RBAC_DIR, EA_NAMESPACE, EA_TENANT_ROLES)
     )
-    async with (
-        load_balancer(kube),
-        replicas(
-            kube,
-            cluster,
-            tmp_path,
-            module=EA_MODULE,
-            namespace=EA_NAMESPACE,
-            service_account=EA_SERVICE_ACCOUNT,
-            args=EA_ARGS,
-            lease_name=lease_name,
-        ) as group,
-    ):
+    async with replicas(
+        kube,
+        cluster,
+        tmp_path,
+        module=EA_MODULE,
+        namespace=EA_NAMESPACE,
+        service_account=EA_SERVICE_ACCOUNT,
+        args=EA_ARGS,
+        lease_name=lease_name,
+    ) as group:
         yield group
         await tenant.drain(group)
 
 
-def condition(obj: Obj | None, type_: str) -> tuple[str, str]:
-    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
-        if c["type"] == type_:
-            return c["status"], c["reason"]
-    return "", ""
-
-
 async def wait_published(kube: Kube, namespace: str, name: str, group: Sequence[Replica]) -> Obj:
+    """The attachment once Attached (both conditions True); the replicas' logs if it never is."""
     try:
         found = await wait_for_object(
-            kube,
-            ATTACHMENTS,
-            name,
-            lambda o: condition(o, "Ready") == PUBLISHED,
-            namespace=namespace,
-            timeout=READY_TIMEOUT_SECONDS,
+            kube, ATTACHMENTS, name, attached, namespace=namespace, timeout=READY_TIMEOUT_SECONDS
         )
     except AssertionError as error:
         raise AssertionError(f"{error}\n{logs(group)}") from None
@@ -483,35 +424,30 @@ async def wait_published(kube: Kube, namespace: str, name: str, group: Sequence[
     return found
 
 
-async def allocations_of(kube: Kube, class_name: str) -> list[Obj]:
-    items = (await kube.list(ALLOCATIONS.path()))["items"]
-    return [a for a in items if a["spec"]["className"] == class_name]
-
-
-async def wait_for_allocations(kube: Kube, class_name: str, count: int, timeout: float) -> int:
-    """Until at least ``count`` allocations of the class exist (on a watch, so the moment is not
+async def wait_for_claims(kube: Kube, namespace: str, count: int, timeout: float) -> int:
+    """Until at least ``count`` claims exist in the namespace (on a watch, so the moment is not
     missed by a poll's interval); returns how many there are then."""
     names: set[str] = set()
 
     async def follow() -> int:
-        listing = await kube.list(ALLOCATIONS.path())
-        names.update(a["metadata"]["name"] for a in listing["items"] if a["spec"]["className"] == class_name)
+        listing = await kube.list(CLAIMS.path(namespace))
+        names.update(c["metadata"]["name"] for c in listing["items"])
         if len(names) >= count:
             return len(names)
-        events = kube.watch(ALLOCATIONS.path(), resource_version=listing["metadata"]["resourceVersion"])
+        events = kube.watch(CLAIMS.path(namespace), resource_version=listing["metadata"]["resourceVersion"])
         async with contextlib.aclosing(events):
-            async for kind, allocation in events:
-                if kind == "ADDED" and allocation["spec"]["className"] == class_name:
-                    names.add(allocation["metadata"]["name"])
+            async for kind, claim in events:
+                if kind == "ADDED":
+                    names.add(claim["metadata"]["name"])
                     if len(names) >= count:
                         return len(names)
-        raise AssertionError("the watch on allocations ended")
+        raise AssertionError("the watch on claims ended")
 
     try:
         async with asyncio.timeout(timeout):
             return await follow()
     except TimeoutError:
-        raise AssertionError(f"only {len(names)} allocations of {class_name} after {timeout}s") from None
+        raise AssertionError(f"only {len(names)} claims in {namespace} after {timeout}s") from None
 
 
 @dataclass(frozen=True)
@@ -525,25 +461,28 @@ class Write:
 async def record_writes(
     kube: Kube, namespace: str, attachment: str, since_version: str, into: list[Write]
 ) -> None:
-    """Every write after ``since_version`` to the attachment, its rendered Service, or an allocation
-    held by it, appended to ``into`` as the API server reports them (until cancelled)."""
+    """Every write after ``since_version`` to the attachment, and to the Services and claims
+    labelled for it (its rendered Service, its minted claim: their names are generated), appended to
+    ``into`` as the API server reports them (until cancelled)."""
 
-    async def follow(resource: Resource, ns: str | None, selector: str, ours: Callable[[Obj], bool]) -> None:
-        events = kube.watch(resource.path(ns), resource_version=since_version, field_selector=selector)
+    async def follow(resource: Resource, fields: str = "", labels: str = "") -> None:
+        events = kube.watch(
+            resource.path(namespace),
+            resource_version=since_version,
+            field_selector=fields,
+            label_selector=labels,
+        )
         async with contextlib.aclosing(events):
             async for kind, obj in events:
-                if kind != "BOOKMARK" and ours(obj):
+                if kind != "BOOKMARK":
                     metadata = obj["metadata"]
                     into.append(Write(int(metadata["resourceVersion"]), f"{kind} {resource.plural}"))
 
-    def held(allocation: Obj) -> bool:
-        holder = allocation.get("spec", {}).get("holder") or {}
-        return (holder.get("namespace"), holder.get("name")) == (namespace, attachment)
-
+    ours = f"{ATTACHMENT_LABEL}={attachment}"
     await asyncio.gather(
-        follow(ATTACHMENTS, namespace, f"metadata.name={attachment}", lambda _: True),
-        follow(SERVICES, namespace, f"metadata.name=ea-{attachment}", lambda _: True),
-        follow(ALLOCATIONS, None, "", held),
+        follow(ATTACHMENTS, fields=f"metadata.name={attachment}"),
+        follow(SERVICES, labels=ours),
+        follow(CLAIMS, labels=ours),
     )
 
 
@@ -551,7 +490,7 @@ async def record_writes(
 
 
 async def test_ea_two_replicas_elect_exactly_one_leader_and_only_it_reconciles(
-    kube: Kube, cluster: ClusterInfo, tenant: Tenant, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, tenant: ElectionTenant, tmp_path: Path
 ) -> None:
     """Started together on one Lease, one replica leads (its gauge 1, the Lease names it) and the
     other stands by (gauge 0) with its caches synced (/readyz); the leader does the work, and the
@@ -564,7 +503,7 @@ async def test_ea_two_replicas_elect_exactly_one_leader_and_only_it_reconciles(
         await tenant.setup("le-election", ELECTION_CIDR)
         names = [f"e{i}" for i in range(3)]
         for name in names:
-            await tenant.attachment(name, "le-election")
+            await tenant.mint(name, "le-election")
         for name in names:
             await wait_published(kube, tenant.namespace, name, group)
 
@@ -581,7 +520,7 @@ async def test_ea_two_replicas_elect_exactly_one_leader_and_only_it_reconciles(
 
 
 async def test_ea_standby_writes_nothing_while_a_frozen_leader_holds_the_lease(
-    kube: Kube, cluster: ClusterInfo, tenant: Tenant, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, tenant: ElectionTenant, tmp_path: Path
 ) -> None:
     """The API server's own record (see the module docstring): with the leader frozen (SIGSTOP) but
     its lease still fresh, an attachment created now is first written after the Lease write that
@@ -591,7 +530,7 @@ async def test_ea_standby_writes_nothing_while_a_frozen_leader_holds_the_lease(
     async with ea_replicas(kube, cluster, tmp_path, lease_name, tenant) as group:
         leader, standby = await elect(group, lease_name)
         await tenant.setup("le-frozen", FROZEN_CIDR)
-        await tenant.attachment("early", "le-frozen")
+        await tenant.mint("early", "le-frozen")
         await wait_published(kube, tenant.namespace, "early", group)
 
         lease = await lease_of(kube, EA_NAMESPACE, lease_name)
@@ -601,7 +540,7 @@ async def test_ea_standby_writes_nothing_while_a_frozen_leader_holds_the_lease(
         os.kill(leader.process.pid, signal.SIGSTOP)
         frozen_at = loop.time()
         try:
-            created = await tenant.attachment("late", "le-frozen")
+            created = await tenant.mint("late", "le-frozen")
             writes: list[Write] = []
             recorder = asyncio.create_task(
                 record_writes(kube, tenant.namespace, "late", created["metadata"]["resourceVersion"], writes)
@@ -657,12 +596,13 @@ async def _some(writes: list[Write]) -> bool:
 
 
 async def test_ea_sigkill_of_the_leader_mid_batch_the_standby_takes_over_and_finishes(
-    kube: Kube, cluster: ClusterInfo, tenant: Tenant, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, tenant: ElectionTenant, tmp_path: Path
 ) -> None:
     """SIGKILL the leader with a batch of mints in flight: the standby holds the lease within lease
-    duration + 5 s of the kill and finishes the batch: every attachment Ready with its own address,
-    and (after the repair grace) exactly one allocation per attachment, held by it: no address handed
-    out twice, no lock leaked by the dead leader."""
+    duration + 5 s of the kill and finishes the batch: every attachment Attached with its own
+    address, and exactly one claim per attachment, controlled by it and the one its status names:
+    a claim the dead leader created but never recorded is found again by its owner reference, never
+    minted twice, and no address is handed out twice."""
     lease_name = "le-ea-sigkill"
     async with ea_replicas(kube, cluster, tmp_path, lease_name, tenant) as group:
         leader, standby = await elect(group, lease_name)
@@ -671,13 +611,13 @@ async def test_ea_sigkill_of_the_leader_mid_batch_the_standby_takes_over_and_fin
         assert leader.holds(lease)
 
         names = [f"b{i:02d}" for i in range(BATCH_SIZE)]
-        await asyncio.gather(*(tenant.attachment(name, "le-batch") for name in names))
-        minted = await wait_for_allocations(kube, "le-batch", KILL_AT_ALLOCATIONS, READY_TIMEOUT_SECONDS)
+        await asyncio.gather(*(tenant.mint(name, "le-batch") for name in names))
+        minted = await wait_for_claims(kube, tenant.namespace, KILL_AT_CLAIMS, READY_TIMEOUT_SECONDS)
         loop = asyncio.get_running_loop()
         leader.process.kill()
         killed_at = loop.time()
         await leader.process.wait()
-        ready_at_kill = sum(condition(a, "Ready") == PUBLISHED for a in await tenant.attachments())
+        ready_at_kill = sum(attached(a) for a in await tenant.attachments())
         assert ready_at_kill < BATCH_SIZE, "the leader finished before the kill: no work was in flight"
 
         lease_writes = await holders_until(
@@ -691,43 +631,35 @@ async def test_ea_sigkill_of_the_leader_mid_batch_the_standby_takes_over_and_fin
         took_over = loop.time() - killed_at
         await wait_master(standby, lease_name, max(0.0, TAKEOVER_BOUND_SECONDS - took_over))
         print(
-            f"\nSIGKILL: {minted} minted and {ready_at_kill}/{BATCH_SIZE} Ready at the kill; "
+            f"\nSIGKILL: {minted} claims minted and {ready_at_kill}/{BATCH_SIZE} Attached at the kill; "
             f"standby took over after {took_over:.1f}s; {holders(lease_writes)}"
         )
 
-        async def all_published() -> list[Obj] | None:
+        async def all_attached() -> list[Obj] | None:
             items = await tenant.attachments()
-            done = [a for a in items if condition(a, "Ready") == PUBLISHED and a["status"].get("address")]
+            done = [a for a in items if attached(a) and addresses(a)]
             return items if len(done) == BATCH_SIZE else None
 
         try:
             items = await eventually(
-                all_published, timeout=WORK_TIMEOUT_SECONDS, what="the whole batch Ready"
+                all_attached, timeout=WORK_TIMEOUT_SECONDS, what="the whole batch Attached"
             )
         except AssertionError as error:
             raise AssertionError(f"{error}\n{standby.log()}") from None
         finished = loop.time() - killed_at
-        addresses = {a["metadata"]["uid"]: a["status"]["address"] for a in items}
-        assert len(set(addresses.values())) == BATCH_SIZE, f"an address handed out twice: {addresses}"
-
-        def one_lock_each(allocations: list[Obj]) -> bool:
-            held = {a["spec"]["holder"]["uid"]: a["metadata"]["name"] for a in allocations}
-            return len(allocations) == BATCH_SIZE and held == addresses
-
-        async def no_leak() -> list[Obj] | None:
-            allocations = await allocations_of(kube, "le-batch")
-            return allocations if one_lock_each(allocations) else None
-
-        try:
-            await eventually(no_leak, timeout=NO_LEAK_TIMEOUT_SECONDS, what="one allocation per attachment")
-        except AssertionError as error:
-            raise AssertionError(f"{error}\nattachments: {addresses}\n{standby.log()}") from None
+        held = {a["metadata"]["uid"]: tuple(addresses(a)) for a in items}
+        assert len(set(held.values())) == BATCH_SIZE, f"an address handed out twice: {held}"
+        recorded = {a["metadata"]["uid"]: a["status"]["claimName"] for a in items}
+        claims = await tenant.claims()
+        controlled = {controller_uid(c): c["metadata"]["name"] for c in claims}
+        assert len(claims) == BATCH_SIZE, f"{len(claims)} claims for {BATCH_SIZE} attachments: {controlled}"
+        assert controlled == recorded, f"claims by owner {controlled}, by status {recorded}"
         print(f"SIGKILL: the batch was finished {finished:.1f}s after the kill")
         standby.assert_clean()
 
 
 async def test_ea_sigterm_hands_the_lease_over_at_once(
-    kube: Kube, cluster: ClusterInfo, tenant: Tenant, tmp_path: Path
+    kube: Kube, cluster: ClusterInfo, tenant: ElectionTenant, tmp_path: Path
 ) -> None:
     """A graceful stop releases the lease (the Lease shows no holder) and the standby takes it at its
     next retry, well before the lease could have expired; the old leader exits 0 and the new one
@@ -761,7 +693,7 @@ async def test_ea_sigterm_hands_the_lease_over_at_once(
         assert code == 0, f"the graceful stop exited {code}:\n{leader.log()}"
 
         await tenant.setup("le-handover", HANDOVER_CIDR)
-        await tenant.attachment("after", "le-handover")
+        await tenant.mint("after", "le-handover")
         await wait_published(kube, tenant.namespace, "after", [standby])
         standby.assert_clean()
 

@@ -8,7 +8,7 @@ running operators export.
 * every dashboard query and variable, Grafana's variables replaced by values, parsed by promtool as a
   recording rule; panel titles are there and distinct;
 * both operators run on the local control plane (each under its own ServiceAccount and RBAC, with an
-  object of each kind they count, one attachment left not Ready), and every metric an alert or a
+  object of each kind they count, one attachment never Provisioned), and every metric an alert or a
   panel names is in what they serve on /metrics, with the labels the expression matches or groups on.
 """
 
@@ -31,8 +31,7 @@ from hack.devcluster import ClusterInfo
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
 from shared.resources import NODES
-from tests.ea_builders import for_create, make_attachment, make_class
-from tests.support.ea_cluster import ATTACHMENTS, CLASSES, ea_crds_and_node, ea_operator
+from tests.support.ea_cluster import ATTACHMENTS, attachment_body, ea_crds_and_node, ea_operator
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import RunningOperator, operator_process
@@ -51,7 +50,7 @@ GRAFANA_VARIABLES = {
     "$__range": "1h",
     "$gpuclass": ".*",
     "$ipaddressclass": ".*",
-    "$condition": "Ready",
+    "$condition": "Provisioned",
 }
 LABEL_VALUES = re.compile(r"^label_values\(\s*(\w+)\s*,\s*(\w+)\s*\)$")
 # A metric of ours an expression names: the operators' domain prefixes and controller-runtime's.
@@ -314,7 +313,6 @@ async def gpu_world(kube: Kube) -> tuple[str, str]:
 async def test_alerts_and_dashboards_name_what_the_running_operators_export(
     kube: Kube, cluster: ClusterInfo, namespace: str, tmp_path: Path
 ) -> None:
-    class_name = "monitoring-pool"
     async with contextlib.AsyncExitStack() as stack:
         await stack.enter_async_context(ea_crds_and_node(kube))
         gpuclass = await stack.enter_async_context(gpuclass_operator(kube, cluster, tmp_path))
@@ -322,13 +320,10 @@ async def test_alerts_and_dashboards_name_what_the_running_operators_export(
         node, gpu_class = await gpu_world(kube)
         stack.push_async_callback(kube.delete, NODES.path(name=node))
         stack.push_async_callback(kube.delete, GPUCLASSES.path(name=gpu_class))
-        await kube.create(CLASSES.path(), for_create(make_class(class_name)))
-        stack.push_async_callback(kube.delete, CLASSES.path(name=class_name))
-        # An attachment whose endpoint does not exist: Ready=False, so the not-Ready gauge has a series.
-        attachment = make_attachment(
-            "monitoring", namespace, endpoint="no-such-service", class_name=class_name, owner_uid=None
-        )
-        await kube.create(ATTACHMENTS.path(namespace), for_create(attachment))
+        # An attachment whose application and endpoint do not exist: never Provisioned, so the
+        # not-ready gauge has a series.
+        attachment = attachment_body("monitoring", "no-such-service")
+        await kube.create(ATTACHMENTS.path(namespace), attachment)
         stack.push_async_callback(kube.delete, ATTACHMENTS.path(namespace, "monitoring"))
 
         async def every_kind_counted() -> Exported | None:
@@ -338,7 +333,6 @@ async def test_alerts_and_dashboards_name_what_the_running_operators_export(
                 return None
             wanted = (
                 "cozystack_gpuclass_allocatable",
-                "cozystack_endpointattachment_pool_addresses",
                 "cozystack_endpointattachment_not_ready_since_timestamp_seconds",
             )
             has_samples = all(both.get(name) for name in wanted)

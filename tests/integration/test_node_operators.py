@@ -10,7 +10,12 @@ workload controllers would act on every other suite's Deployments and fake Nodes
 * deleting the leader Pod hands the Lease to the other within the lease duration + 5 s;
 * a rolling update to a new image tag never leaves the operator without a ready replica, and the
   PodDisruptionBudget refuses the eviction that would;
-* the GPUClass operator, from inside its Pods, writes a class's status;
+* the GPUClass operator, from inside its Pods, writes a class's status; the EndpointAttachment
+  operator, from inside its Pods, makes an attachment Provisioned through real MetalLB (the address
+  substrate's model, in this process, binds the claim and pins the address);
+* work in flight finishes across a failover: the leader Pod deleted while 20 attachments are being
+  provisioned, every one ends Provisioned with exactly one claim and one Service of its own, no two
+  on one address, and each attachment's Provisioned turns True once and stays so;
 * the probes are what the kubelet acts on: a leader whose process is frozen (SIGSTOP) turns
   NotReady (/readyz), loses its Lease to the standby once the lease expires (within the lease
   duration, two retry periods and 5 s), and is restarted by the kubelet (/healthz).
@@ -23,7 +28,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -31,13 +36,24 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
+from hack.metallb import metallb
+from operators.endpointattachment.api import ATTACHMENT_KIND, ATTACHMENTS, CLAIM_ANNOTATION, CLAIMS, CLASSES
 from operators.gpuclass import reasons
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
-from shared.resources import DEPLOYMENTS, LEASES, NAMESPACES, PDBS, PODS
+from shared.lineage import (
+    APPLICATION_GROUP_LABEL,
+    APPLICATION_KIND_LABEL,
+    APPLICATION_NAME_LABEL,
+    LABEL_TRUE,
+    TENANT_RESOURCE_LABEL,
+)
+from shared.resources import DEPLOYMENTS, HELMRELEASES, LEASES, NAMESPACES, PDBS, PODS, SERVICES
+from tests.support.following import follow
 from tests.support.image import build_image
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.node import NodeInfo, running_node
+from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER, substrate
 from tests.support.waiting import eventually, wait_for_object
 
 SHIPPED_IMAGE = "ghcr.io/cozystack/cozystack-operators"
@@ -48,6 +64,16 @@ RETRY_PERIOD_SECONDS = 2.0  # shared.runtime.manager.LeaderElection's default
 # waits the lease duration from then, and tries again within one more retry period.
 FROZEN_HANDOVER_SECONDS = LEASE_DURATION_SECONDS + 2 * RETRY_PERIOD_SECONDS + HANDOVER_SLACK_SECONDS
 ROLLOUT_TIMEOUT_SECONDS = 240.0
+# The tenant, its application and the class the address substrate's model serves, on this module's
+# control plane (RFC 5737's documentation range; MetalLB only assigns it, nothing routes it).
+TENANT = "node-tenant"
+APP = "db"
+ENDPOINT = "postgres-db-rw"
+ADDRESS_CLASS = "node-public"
+ADDRESS_RANGE = "192.0.2.0/26"
+IN_FLIGHT = 20  # attachments being provisioned when the leader goes
+SOURCE = {"kind": "HelmRepository", "name": "apps"}  # the application's chart source (never read)
+PROVISION_TIMEOUT_SECONDS = 120.0
 TOOL_TIMEOUT_SECONDS = 120.0
 
 
@@ -140,9 +166,12 @@ async def install_kustomize(cluster: ClusterInfo, image: str, directory: Path) -
 
 async def install_helm(cluster: ClusterInfo, kube: Kube, image: str, home: Path) -> None:
     """charts/endpointattachment into its namespace (made from config/default, as install.md says),
-    with image.repository and image.tag set."""
+    with image.repository and image.tag set; its prerequisites first, as a hoster has them: Flux's
+    HelmRelease CRD and the address substrate's CRDs (the operator consumes those kinds)."""
     repository, _, tag = image.rpartition(":")
     await apply_all(kube, load("tests/fixtures/helmrelease-crd.yaml"))
+    substrate = sorted((ROOT / "tests" / "fixtures" / "address-substrate").glob("*.yaml"))
+    await apply_all(kube, [doc for path in substrate for doc in load(path)])
     await apply_all(kube, load("config/default/endpointattachment/namespace.yaml"))
     helm = (await run(str(ROOT / "hack" / "build-tool.sh"), "helm")).strip().splitlines()[-1]
     env = {f"HELM_{k}_HOME": str(home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}
@@ -305,6 +334,175 @@ async def test_gpuclass_status_is_written_from_inside_the_pods(
         assert kubevirt["reason"] == reasons.REASON_KUBEVIRT_NOT_INSTALLED
     finally:
         await nkube.delete(GPUCLASSES.path(name=name))
+
+
+@pytest.fixture(scope="module")
+async def addresses(
+    nkube: Kube,
+    node_cluster: ClusterInfo,
+    installed: dict[str, Operator],
+    tmp_path_factory: pytest.TempPathFactory,
+) -> AsyncIterator[str]:
+    """MetalLB (a process beside the control plane) and the address substrate's model on this
+    module's control plane, a default class, and a tenant with a Postgres application ``db`` and its
+    tenant-facing Service; yields the tenant's namespace."""
+    log = tmp_path_factory.mktemp("metallb") / "metallb.log"
+    lineage = {
+        APPLICATION_GROUP_LABEL: "apps.cozystack.io",
+        APPLICATION_KIND_LABEL: "Postgres",
+        APPLICATION_NAME_LABEL: APP,
+    }
+    async with metallb(nkube, node_cluster.kubeconfig, log) as balancer, substrate(nkube):
+        await nkube.create(
+            NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}}
+        )
+        await nkube.create(
+            CLASSES.path(),
+            {
+                "apiVersion": CLASSES.api_version,
+                "kind": "IPAddressClass",
+                "metadata": {"name": ADDRESS_CLASS, "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+                "spec": {"provisioner": METALLB_PROVISIONER, "parameters": {"addresses": [ADDRESS_RANGE]}},
+            },
+        )
+        await balancer.wait_for_pool(ADDRESS_CLASS)
+        await nkube.create(
+            HELMRELEASES.path(TENANT),
+            {
+                "apiVersion": HELMRELEASES.api_version,
+                "kind": "HelmRelease",
+                "metadata": {"name": f"postgres-{APP}", "labels": lineage},
+                "spec": {"interval": "5m", "chart": {"spec": {"chart": "postgres", "sourceRef": SOURCE}}},
+            },
+        )
+        await nkube.create(
+            SERVICES.path(TENANT),
+            {
+                "apiVersion": "v1",
+                "kind": "Service",
+                "metadata": {"name": ENDPOINT, "labels": {**lineage, TENANT_RESOURCE_LABEL: LABEL_TRUE}},
+                "spec": {"selector": {"app": APP}, "ports": [{"name": "postgres", "port": 5432}]},
+            },
+        )
+        yield TENANT
+
+
+def attachment(name: str) -> Obj:
+    """An attachment as Cozystack documents it, minting from the default class."""
+    return {
+        "apiVersion": ATTACHMENTS.api_version,
+        "kind": ATTACHMENT_KIND,
+        "metadata": {"name": name},
+        "spec": {
+            "applicationRef": {"kind": "Postgres", "name": APP},
+            "endpoint": {"serviceName": ENDPOINT},
+            "loadBalancer": {},
+        },
+    }
+
+
+def provisioned(obj: Obj | None) -> bool:
+    conditions = ((obj or {}).get("status") or {}).get("conditions") or []
+    return any(c.get("type") == "Provisioned" and c.get("status") == "True" for c in conditions)
+
+
+def controlled_by(obj: Obj, uid: str) -> bool:
+    references = obj["metadata"].get("ownerReferences") or []
+    return any(r.get("uid") == uid and r.get("controller") for r in references)
+
+
+async def test_an_attachment_is_provisioned_through_metallb_from_inside_the_pods(
+    nkube: Kube, addresses: str
+) -> None:
+    await steady(nkube, ENDPOINTATTACHMENT)
+    created = await nkube.create(ATTACHMENTS.path(addresses), attachment("db-public"))
+    found = await wait_for_object(
+        nkube,
+        ATTACHMENTS,
+        "db-public",
+        provisioned,
+        namespace=addresses,
+        timeout=PROVISION_TIMEOUT_SECONDS,
+        what="the attachment Provisioned",
+    )
+    assert found is not None
+    status = found["status"]
+    assert status["phase"] == "Attached"
+    service = await nkube.get(SERVICES.path(addresses, status["serviceName"]))
+    claim = await nkube.get(CLAIMS.path(addresses, status["claimName"]))
+    assert service is not None
+    assert claim is not None
+    uid = created["metadata"]["uid"]
+    assert controlled_by(service, uid)
+    assert controlled_by(claim, uid)
+    assert service["metadata"]["annotations"][CLAIM_ANNOTATION] == status["claimName"]
+    ingress = [i["ip"] for i in service["status"]["loadBalancer"]["ingress"]]
+    assert ingress == status["addresses"] == [a["address"] for a in claim["status"]["addresses"]]
+
+
+async def test_work_in_flight_finishes_across_a_leader_failover(nkube: Kube, addresses: str) -> None:
+    """The leader Pod deleted while attachments are being provisioned: the standby finishes them,
+    and nothing the first leader did is done twice (a second claim or Service, a second address)."""
+    await steady(nkube, ENDPOINTATTACHMENT)
+    names = [f"failover-{n:02d}" for n in range(IN_FLIGHT)]
+    turned_true: dict[str, int] = {}  # how often each one's Provisioned went from not True to True
+    went_back: list[str] = []
+    last: dict[str, bool] = {}
+
+    def on_attachment(kind: str, obj: Obj) -> None:
+        name = obj["metadata"]["name"]
+        if name not in names or kind == "DELETED":
+            return
+        now, before = provisioned(obj), last.get(name, False)
+        if now and not before:
+            turned_true[name] = turned_true.get(name, 0) + 1
+        if before and not now:
+            went_back.append(name)
+        last[name] = now
+
+    async def nothing() -> None:
+        return None
+
+    watcher = asyncio.create_task(follow(nkube, ATTACHMENTS, addresses, on_attachment, nothing))
+    try:
+        leader = pod_of(await holder(nkube, ENDPOINTATTACHMENT))
+        for name in names:
+            await nkube.create(ATTACHMENTS.path(addresses), attachment(name))
+        started = time.monotonic()
+        await nkube.delete(PODS.path(ENDPOINTATTACHMENT.namespace, leader))
+
+        async def all_provisioned() -> bool | None:
+            listed = (await nkube.list(ATTACHMENTS.path(addresses)))["items"]
+            done = [a for a in listed if a["metadata"]["name"] in names and provisioned(a)]
+            return True if len(done) == len(names) else None
+
+        await eventually(
+            all_provisioned, timeout=PROVISION_TIMEOUT_SECONDS, what="every attachment Provisioned"
+        )
+        took = time.monotonic() - started
+        print(f"\n{IN_FLIGHT} attachments Provisioned {took:.1f}s after the leader went")
+        attachments = {
+            a["metadata"]["name"]: a
+            for a in (await nkube.list(ATTACHMENTS.path(addresses)))["items"]
+            if a["metadata"]["name"] in names
+        }
+        claims = (await nkube.list(CLAIMS.path(addresses)))["items"]
+        services = (await nkube.list(SERVICES.path(addresses)))["items"]
+        for name, found in attachments.items():
+            uid = found["metadata"]["uid"]
+            own_claims = [c["metadata"]["name"] for c in claims if controlled_by(c, uid)]
+            own_services = [s["metadata"]["name"] for s in services if controlled_by(s, uid)]
+            assert own_claims == [found["status"]["claimName"]], (name, own_claims)
+            assert own_services == [found["status"]["serviceName"]], (name, own_services)
+        every = [x for a in attachments.values() for x in a["status"]["addresses"]]
+        assert len(every) == len(set(every)) == IN_FLIGHT, "no address on two attachments"
+        assert not went_back, f"Provisioned went back to not True: {went_back}"
+        assert all(turned_true.get(name) == 1 for name in names), turned_true
+    finally:
+        watcher.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await watcher
+        await steady(nkube, ENDPOINTATTACHMENT)
 
 
 @pytest.mark.parametrize("operator", OPERATORS, ids=lambda o: o.install)

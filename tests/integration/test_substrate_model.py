@@ -1,12 +1,12 @@
 """The substrate model (``tests.support.substrate``) against the real API and real MetalLB.
 
-The session's shared control plane serves the project's own ``ipaddressclasses`` and
-``ipaddressclaims`` CRDs in ``local.sdn.cozystack.io`` (other schemas, same names), so this module
-runs on a control plane of its own (``LocalControlPlane``, its own temp dir), with the substrate's
-three CRDs from ``tests/fixtures/address-substrate/`` and a MetalLB of its own (without the hoster's
-pool mirror: the model's driver renders the pools). The model writes what the substrate would;
-MetalLB alone assigns ``status.loadBalancer.ingress``. One test also runs the cozy-proxy model with
-its address-before-Endpoints race on a Service the substrate pinned.
+On the session's shared control plane (the project defines none of the substrate's kinds), with the
+substrate's three CRDs from ``tests/fixtures/address-substrate/`` and the session's MetalLB (the
+model's driver renders the pools). The model writes what the substrate would; MetalLB alone assigns
+``status.loadBalancer.ingress``. The module's namespace, classes, addresses and pools are removed at
+its end (its classes draw from 192.0.2.0/24 and 2001:db8:100::/120, which no other test uses). One
+test also runs the cozy-proxy model with its address-before-Endpoints race on a Service the
+substrate pinned.
 
 Dual: the local control plane's Service CIDR is IPv4 only, so the API refuses a dual-stack Service
 (the test proves that refusal); Dual is proved on the claim's side: two addresses bound, an IPv6
@@ -16,17 +16,17 @@ Dual: the local control plane's Service CIDR is IPv4 only, so the API refuses a 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Iterator
-from pathlib import Path
+from collections.abc import AsyncIterator
 from typing import Any, Final
 
 import pytest
 
-from hack.devcluster import ClusterInfo, LocalControlPlane
-from hack.metallb import MetalLB, metallb
+from hack.metallb import MetalLB
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import ENDPOINTS, NAMESPACES, SERVICES
 from tests.support.cozyproxy import DEFAULT_PROXY_NAME, PROXY_NAME_LABEL, cozy_proxy
+from tests.support.ea_cluster import address_class_body, claim_body
+from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.substrate import (
     ADDRESSES,
@@ -34,9 +34,10 @@ from tests.support.substrate import (
     CLAIM_PROTECTION_FINALIZER,
     CLAIMS,
     CLASSES,
-    DEFAULT_CLASS_ANNOTATION,
     METALLB_IPS_ANNOTATION,
+    METALLB_NAMESPACE,
     METALLB_PROVISIONER,
+    POOLS,
     PROVISIONER_ANNOTATION,
     SubstrateModel,
     address_name,
@@ -45,59 +46,41 @@ from tests.support.substrate import (
 from tests.support.waiting import wait_for_object
 
 FIXTURES: Final = ROOT / "tests" / "fixtures" / "address-substrate"
-NS: Final = "tenant-a"
+NS: Final = "substrate-model-it"
+# Every class this module creates (removed at its end).
+MODULE_CLASSES: Final = ("public", "dual")
 TIMEOUT: Final = 60.0
 UNPROCESSABLE: Final = 422
 
 
 @pytest.fixture(scope="module")
-def own_cluster() -> Iterator[ClusterInfo]:
-    with LocalControlPlane() as info:
-        yield info
-
-
-@pytest.fixture(scope="module")
-async def world(
-    own_cluster: ClusterInfo, tmp_path_factory: pytest.TempPathFactory
-) -> AsyncIterator[tuple[Kube, SubstrateModel, MetalLB]]:
-    kube = await Kube.connect(own_cluster.kubeconfig)
+async def world(kube: Kube) -> AsyncIterator[tuple[Kube, SubstrateModel, MetalLB]]:
     await apply_all(kube, [doc for path in sorted(FIXTURES.glob("*.yaml")) for doc in load(path)])
     await kube.create(NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": NS}})
-    log = Path(tmp_path_factory.mktemp("substrate-metallb")) / "metallb.log"
-    # The control plane stops after this fixture: nothing to clean up in it.
-    async with (
-        metallb(kube, own_cluster.kubeconfig, log, mirror_classes=False, remove_pools=False) as balancer,
-        substrate(kube) as model,
-    ):
-        yield kube, model, balancer
+    async with load_balancer(kube) as balancer, substrate(kube) as model:
+        try:
+            yield kube, model, balancer
+        finally:
+            await _clean_up(kube)
+    await kube.delete(NAMESPACES.path(name=NS))
 
 
-def make_class(name: str, *addresses: str, default: bool = False, reclaim: str = "Retain") -> Obj:
-    annotations = {DEFAULT_CLASS_ANNOTATION: "true"} if default else {}
-    return {
-        "apiVersion": CLASSES.api_version,
-        "kind": "IPAddressClass",
-        "metadata": {"name": name, "annotations": annotations},
-        "spec": {
-            "provisioner": METALLB_PROVISIONER,
-            "reclaimPolicy": reclaim,
-            "parameters": {"addresses": list(addresses)},
-        },
-    }
-
-
-def make_claim(name: str, class_name: str | None = None, family: str | None = None) -> Obj:
-    spec: Obj = {}
-    if class_name:
-        spec["className"] = class_name
-    if family:
-        spec["family"] = family
-    return {
-        "apiVersion": CLAIMS.api_version,
-        "kind": "IPAddressClaim",
-        "metadata": {"name": name},
-        "spec": spec,
-    }
+async def _clean_up(kube: Kube) -> None:
+    """The module's claims (the model still running, so their finalizers go), then its classes'
+    addresses and the classes (the model deletes their pools: waited for)."""
+    for claim in (await kube.list(CLAIMS.path(NS)))["items"]:
+        await kube.delete(CLAIMS.path(NS, claim["metadata"]["name"]))
+    for claim in (await kube.list(CLAIMS.path(NS)))["items"]:
+        await wait_for_object(kube, CLAIMS, claim["metadata"]["name"], lambda c: c is None, namespace=NS)
+    for address in (await kube.list(ADDRESSES.path()))["items"]:
+        if address["spec"].get("className") in MODULE_CLASSES:
+            await kube.delete(ADDRESSES.path(name=address["metadata"]["name"]))
+    for name in MODULE_CLASSES:
+        await kube.delete(CLASSES.path(name=name))
+    for name in MODULE_CLASSES:
+        await wait_for_object(
+            kube, POOLS, name, lambda p: p is None, namespace=METALLB_NAMESPACE, timeout=TIMEOUT
+        )
 
 
 def make_service(name: str, claim: str, **spec: Any) -> Obj:
@@ -141,10 +124,10 @@ async def test_a_default_class_serves_a_claim_and_its_service(
     world: tuple[Kube, SubstrateModel, MetalLB],
 ) -> None:
     kube, _, balancer = world
-    await kube.create(CLASSES.path(), make_class("public", "198.51.100.0/28", default=True))
+    await kube.create(CLASSES.path(), address_class_body("public", ["192.0.2.0/28"], default=True))
     await balancer.wait_for_pool("public")
 
-    await kube.create(CLAIMS.path(NS), make_claim("c1"))
+    await kube.create(CLAIMS.path(NS), claim_body("c1"))
     claim = await bound(kube, "c1")
     [entry] = claim["status"]["addresses"]
     ip, name = entry["address"], entry["name"]
@@ -198,8 +181,8 @@ async def test_a_default_class_serves_a_claim_and_its_service(
 async def test_one_claim_serves_one_service_at_a_time(world: tuple[Kube, SubstrateModel, MetalLB]) -> None:
     kube, model, _ = world
     if await kube.get(CLASSES.path(name="public")) is None:  # run alone
-        await kube.create(CLASSES.path(), make_class("public", "198.51.100.0/28", default=True))
-    await kube.create(CLAIMS.path(NS), make_claim("c2", "public"))
+        await kube.create(CLASSES.path(), address_class_body("public", ["192.0.2.0/28"], default=True))
+    await kube.create(CLAIMS.path(NS), claim_body("c2", "public"))
     [entry] = (await bound(kube, "c2"))["status"]["addresses"]
     ip = entry["address"]
     await kube.create(SERVICES.path(NS), make_service("first", "c2"))
@@ -231,13 +214,13 @@ async def test_one_claim_serves_one_service_at_a_time(world: tuple[Kube, Substra
 async def test_dual_binds_two_addresses(world: tuple[Kube, SubstrateModel, MetalLB]) -> None:
     kube, _, balancer = world
     await kube.create(
-        CLASSES.path(), make_class("dual", "2001:db8:100::/120", "203.0.113.0/28", reclaim="Delete")
+        CLASSES.path(), address_class_body("dual", ["2001:db8:100::/120", "192.0.2.16/28"], reclaim="Delete")
     )
     await balancer.wait_for_pool("dual")
-    await kube.create(CLAIMS.path(NS), make_claim("d1", "dual", "Dual"))
+    await kube.create(CLAIMS.path(NS), claim_body("d1", "dual", "Dual"))
     claim = await bound(kube, "d1", count=2)
     v4, v6 = claim["status"]["addresses"]
-    assert (v4["address"], v6["address"]) == ("203.0.113.1", "2001:db8:100::1")
+    assert (v4["address"], v6["address"]) == ("192.0.2.17", "2001:db8:100::1")
     assert v6["name"] == "2001-db8-100--1"
     for entry in (v4, v6):
         address = await kube.get(ADDRESSES.path(name=entry["name"]))
@@ -263,8 +246,8 @@ async def test_cozy_proxy_race_on_a_pinned_address(world: tuple[Kube, SubstrateM
     no backend, an Endpoints event programs nothing, an update of the Service programs it."""
     kube, _, _ = world
     if await kube.get(CLASSES.path(name="public")) is None:  # run alone
-        await kube.create(CLASSES.path(), make_class("public", "198.51.100.0/28", default=True))
-    await kube.create(CLAIMS.path(NS), make_claim("vm-ip", "public"))
+        await kube.create(CLASSES.path(), address_class_body("public", ["192.0.2.0/28"], default=True))
+    await kube.create(CLAIMS.path(NS), claim_body("vm-ip", "public"))
     [entry] = (await bound(kube, "vm-ip"))["status"]["addresses"]
     ip, backend = entry["address"], "10.244.0.5"
     async with cozy_proxy(kube, NS, race=True) as proxy:

@@ -1,86 +1,143 @@
-"""The EndpointAttachment operator on a test cluster: its CRDs, its own ServiceAccount and RBAC, the
-operator process, and what its integration tests read back (conditions, pass counts).
+"""The EndpointAttachment operator on a test cluster: its CRD beside the ones it consumes, its own
+ServiceAccount and RBAC, the operator process, the address substrate it draws from (the model of
+``tests/support/substrate.py`` over real MetalLB), and what its integration tests read back.
 
-Shared by ``tests/integration/test_ea_operator.py`` (the design's proofs),
-``tests/integration/test_ea_failures.py`` (refusals and waits as conditions) and
-``tests/integration/test_ea_resilience.py`` (restarts and broken networks); ``Tenant`` builds a
-tenant's world through the API. Decides only what they all
-need the same way: the kinds' resources, the operator's namespace and RBAC (exactly what
-``config/rbac/endpointattachment`` gives it, without the tenants' roles), and how it is started.
+Shared by the integration tests of the operator (``test_ea_operator.py``, ``test_ea_failures.py``,
+``test_ea_datapath.py``, ``test_ea_resilience.py`` and others); ``Tenant`` builds a tenant's world
+through the API in Cozystack's documented shapes: a HelmRelease per application, its tenant-facing
+Services labelled as Cozystack's lineage webhook labels them, the attachment as Cozystack's
+documentation writes it (``spec.applicationRef``, ``spec.endpoint.serviceName``,
+``spec.loadBalancer``), and the hoster's side of the substrate (``IPAddressClass`` objects naming the
+MetalLB driver, reserved ``IPAddressClaim`` objects).
+
+Decides only what they all need the same way: the CRDs installed (the project's EndpointAttachment,
+the substrate's three from ``tests/fixtures/address-substrate/``, Flux's HelmRelease; nothing else),
+the operator's namespace and RBAC (exactly what ``config/rbac/endpointattachment`` gives it, without
+the tenants' roles), how it is started, how a test world is cleaned up (attachments, claims, the
+addresses and classes a test made, and the MetalLB pools the substrate rendered for them, so the
+next test's pools never overlap a stale one), and the contract's words the tests assert (reasons,
+phases, the diagnostic label): the tests check the contract, not the operator's constants.
+
+Does not: allocate or bind an address (the substrate model does), write a Service's status (MetalLB
+does), or run the operator in-process.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import ipaddress
 import re
 from collections.abc import AsyncIterator, Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
 from hack.devcluster import ClusterInfo
+from hack.metallb import MetalLB
 from shared.kube import NO_ANSWER, Kube, Obj
-from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
-from tests.ea_builders import (
-    for_create,
-    lineage_labels,
-    make_attachment,
-    make_claim,
-    make_class,
-    make_helmrelease,
-    make_service,
-    make_serviceproxy,
+from shared.lineage import (
+    APPLICATION_GROUP_LABEL,
+    APPLICATION_KIND_LABEL,
+    APPLICATION_NAME_LABEL,
+    LABEL_TRUE,
+    MANAGED_BY_COZYSTACK_LABEL,
+    TENANT_RESOURCE_LABEL,
 )
+from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
 from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import apply_all, load
+from tests.support.loadbalancer import load_balancer
+from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually
+
+# The substrate's kinds and the claim annotation are re-exported: a test names every kind from here.
+from tests.support.substrate import ADDRESSES as ADDRESSES
+from tests.support.substrate import CLAIM_ANNOTATION as CLAIM_ANNOTATION
+from tests.support.substrate import CLAIMS as CLAIMS
+from tests.support.substrate import CLASSES as CLASSES
+from tests.support.substrate import (
+    DEFAULT_CLASS_ANNOTATION,
+    METALLB_NAMESPACE,
+    METALLB_PROVISIONER,
+    RETAIN,
+    SubstrateModel,
+    substrate,
+)
+from tests.support.substrate import POOLS as POOLS
+from tests.support.waiting import eventually, wait_for_object
 
 GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
-CLAIMS: Final = Resource(GROUP_VERSION, "ipaddressclaims")
-CLASSES: Final = Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False)
-ALLOCATIONS: Final = Resource(GROUP_VERSION, "ipaddressallocations", namespaced=False)
-PROXIES: Final = Resource(GROUP_VERSION, "serviceproxies", namespaced=False)
 OPERATOR_NAMESPACE: Final = "cozy-endpointattachment"
 OPERATOR_SERVICE_ACCOUNT: Final = "endpointattachment-operator"
 # The Lease the operator's replicas elect a leader through (its settings' default).
 LEADER_ELECTION_ID: Final = "cozystack-endpointattachment-operator"
 RBAC_DIR: Final = "config/rbac/endpointattachment"
 TENANT_ROLES: Final = frozenset({"tenant_roles.yaml"})  # the tenants' roles, not the operator's
-# The controller whose passes the tests count (one of the operator's three).
+# The controller whose passes the tests count.
 ATTACHMENT_CONTROLLER: Final = "endpointattachment"
 # The Node test Pods are bound to (no kubelet runs: tests mark Pods Ready themselves).
 NODE: Final = "ea-it-node"
-CRD_FILES: Final = [
-    "tests/fixtures/helmrelease-crd.yaml",
-    *(
-        f"config/crd/endpointattachment/local.sdn.cozystack.io_{plural}.yaml"
-        for plural in (
-            "endpointattachments",
-            "ipaddressclaims",
-            "ipaddressclasses",
-            "ipaddressallocations",
-            "serviceproxies",
-        )
-    ),
-]
-# What every test runs the operator with: repair often, and a short grace, so orphans go quickly.
-DEFAULT_ARGS: Final = ("--repair-interval-seconds=1", "--repair-grace-seconds=2")
+EA_CRD_FILE: Final = "config/crd/endpointattachment/local.sdn.cozystack.io_endpointattachments.yaml"
+HELMRELEASE_CRD_FILE: Final = "tests/fixtures/helmrelease-crd.yaml"
+# The substrate's CRDs, as a hoster installs them (the operator consumes these kinds, never defines them).
+SUBSTRATE_CRD_FILES: Final = sorted(
+    str(path.relative_to(ROOT)) for path in (ROOT / "tests" / "fixtures" / "address-substrate").glob("*.yaml")
+)
+CRD_FILES: Final = [HELMRELEASE_CRD_FILE, EA_CRD_FILE, *SUBSTRATE_CRD_FILES]
+# What every test runs the operator with (each test adds its own flags after these).
+DEFAULT_ARGS: Final[tuple[str, ...]] = ()
 TRACEBACK: Final = "Traceback"
 # A log record starts with its time (shared.operator's format); a traceback ends at the next one.
 LOG_RECORD: Final = re.compile(r"^\d{4}-\d{2}-\d{2} \d{2}:\d{2}:\d{2}")
 LOG_RECORD_END: Final = "\0end of log"
 
+# --- the contract's words (design reference), asserted as written there --------------------------
+
+# Cozystack's applications are in this API group; an attachment's applicationRef defaults to it.
+APP_GROUP: Final = "apps.cozystack.io"
+# The diagnostic label on a rendered Service and a minted claim (never proof of ownership).
+ATTACHMENT_LABEL: Final = "cozystack.io/endpoint-attachment"
+RESOLVED: Final = "Resolved"
+PROVISIONED: Final = "Provisioned"
+ATTACHED: Final = "Attached"
+DETACHED: Final = "Detached"
+PENDING: Final = "Pending"
+# How long a wait for the operator's answer may take on this shared machine.
+ANSWER_TIMEOUT: Final = 40.0
+# What a test waits for the cleanup of its world before it gives up waiting (and forces it).
+CLEANUP_TIMEOUT: Final = 20.0
+# The namespace a silenced pool serves: none exists, so MetalLB answers no Service from that pool.
+NOBODY_NAMESPACE: Final = "example-no-such-namespace"
+
+
+@dataclass(frozen=True)
+class World:
+    """What the operator's tests stand on besides the control plane: MetalLB and the substrate model."""
+
+    balancer: MetalLB
+    model: SubstrateModel
+
 
 @contextlib.asynccontextmanager
-async def ea_crds_and_node(kube: Kube) -> AsyncIterator[None]:
-    """The operator's CRDs and Flux's HelmRelease CRD (applied, established), and the test Node."""
-    await apply_all(kube, [doc for path in CRD_FILES for doc in load(path)])
+async def ea_crds_and_node(kube: Kube, crd_files: Sequence[str] = CRD_FILES) -> AsyncIterator[None]:
+    """The CRDs (applied, established) and the test Node."""
+    await apply_all(kube, [doc for path in crd_files for doc in load(path)])
     await kube.create(NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": NODE}})
     try:
         yield
     finally:
         await kube.delete(NODES.path(name=NODE))
+
+
+@contextlib.asynccontextmanager
+async def ea_world(kube: Kube) -> AsyncIterator[World]:
+    """The CRDs and the Node, the session's MetalLB, and the substrate model following the cluster
+    (its first pass done) for the duration: one per test module (two models would fight)."""
+    async with ea_crds_and_node(kube), load_balancer(kube) as balancer, substrate(kube) as model:
+        async with asyncio.timeout(ANSWER_TIMEOUT):
+            await model.synced.wait()
+        yield World(balancer, model)
 
 
 async def operator_kubeconfig(kube: Kube, cluster: ClusterInfo, path: Path) -> str:
@@ -195,6 +252,78 @@ def condition(obj: Obj | None, type_: str) -> tuple[str, str]:
     return "", ""
 
 
+def message(obj: Obj | None, type_: str) -> str:
+    """The message of the condition ``type_`` of ``obj`` ("" when it has none)."""
+    for c in ((obj or {}).get("status") or {}).get("conditions") or []:
+        if c["type"] == type_:
+            return str(c.get("message") or "")
+    return ""
+
+
+def phase(obj: Obj | None) -> str:
+    return str(((obj or {}).get("status") or {}).get("phase") or "")
+
+
+def attached(obj: Obj | None) -> bool:
+    """Phase Attached, both conditions True (what ``status.phase`` projects them to)."""
+    return (
+        phase(obj) == ATTACHED
+        and condition(obj, RESOLVED)[0] == "True"
+        and condition(obj, PROVISIONED) == ("True", PROVISIONED)
+    )
+
+
+def provisioned_false(reason: str) -> Callable[[Obj | None], bool]:
+    """The predicate: Provisioned False for ``reason``."""
+    return lambda obj: condition(obj, PROVISIONED) == ("False", reason)
+
+
+def resolved_false(reason: str) -> Callable[[Obj | None], bool]:
+    """The predicate: Resolved False for ``reason``."""
+    return lambda obj: condition(obj, RESOLVED) == ("False", reason)
+
+
+def addresses(obj: Obj | None) -> list[str]:
+    """An attachment's (or a claim's) addresses: ``status.addresses`` as strings either way."""
+    found = ((obj or {}).get("status") or {}).get("addresses") or []
+    return [str(a["address"]) if isinstance(a, Mapping) else str(a) for a in found]
+
+
+def ingress(service: Obj | None) -> list[str]:
+    found = (((service or {}).get("status") or {}).get("loadBalancer") or {}).get("ingress") or []
+    return [str(i.get("ip")) for i in found]
+
+
+def controller_uid(obj: Obj | None) -> str | None:
+    """The UID the object's controller owner reference names (None: no controller)."""
+    for ref in ((obj or {}).get("metadata") or {}).get("ownerReferences") or []:
+        if ref.get("controller"):
+            return str(ref.get("uid"))
+    return None
+
+
+async def wait_attachment(
+    kube: Kube,
+    namespace: str,
+    name: str,
+    predicate: Callable[[Obj | None], bool],
+    operator: RunningOperator | None = None,
+    *,
+    timeout: float = ANSWER_TIMEOUT,
+    what: str = "",
+) -> Obj:
+    """The first state of the attachment satisfying ``predicate`` (the operator's log tail on failure)."""
+    try:
+        found = await wait_for_object(
+            kube, ATTACHMENTS, name, predicate, namespace=namespace, timeout=timeout, what=what or name
+        )
+    except AssertionError as error:
+        tail = f"\noperator log:\n{operator.log_tail()}" if operator is not None else ""
+        raise AssertionError(f"{error}{tail}") from None
+    assert found is not None
+    return found
+
+
 async def reconciles(operator: RunningOperator) -> float:
     """Passes over attachments so far, whatever their result."""
     samples = await operator.scrape()
@@ -205,22 +334,181 @@ async def reconciles(operator: RunningOperator) -> float:
     )
 
 
-class Tenant:
-    """One tenant namespace and what the tests create in it (cluster-scoped objects are removed)."""
+# --- builders (the API's shapes, ready to create) --------------------------------------------------
 
-    def __init__(self, kube: Kube, namespace: str) -> None:
-        self.kube, self.namespace = kube, namespace
+
+def lineage(kind: str, name: str, group: str = APP_GROUP, *, tenant_facing: bool = True) -> dict[str, str]:
+    """The labels Cozystack's lineage webhook stamps on an application's object (the tenant-facing
+    marker only on Services the application lists as endpoints)."""
+    labels = {
+        APPLICATION_GROUP_LABEL: group,
+        APPLICATION_KIND_LABEL: kind,
+        APPLICATION_NAME_LABEL: name,
+        MANAGED_BY_COZYSTACK_LABEL: LABEL_TRUE,
+    }
+    if tenant_facing:
+        labels[TENANT_RESOURCE_LABEL] = LABEL_TRUE
+    return labels
+
+
+def helmrelease_body(name: str, labels: Mapping[str, str]) -> Obj:
+    """A Flux HelmRelease (an application), as Cozystack creates it."""
+    return {
+        "apiVersion": HELMRELEASES.api_version,
+        "kind": "HelmRelease",
+        "metadata": {"name": name, "labels": dict(labels)},
+        # Flux's CRD requires a chart source; Cozystack's applications come from its own repository.
+        "spec": {
+            "chart": {
+                "spec": {
+                    "chart": "postgres",
+                    "sourceRef": {
+                        "kind": "HelmRepository",
+                        "name": "cozystack-apps",
+                        "namespace": "cozy-public",
+                    },
+                }
+            },
+            "interval": "5m",
+        },
+    }
+
+
+DEFAULT_PORTS: Final = ({"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432},)
+
+
+def service_body(
+    name: str,
+    *,
+    labels: Mapping[str, str] | None = None,
+    selector: Mapping[str, str] | None = None,
+    ports: Sequence[Mapping[str, Any]] | None = None,
+    annotations: Mapping[str, str] | None = None,
+    type_: str = "ClusterIP",
+) -> Obj:
+    """A Service (by default a ClusterIP one on 5432)."""
+    metadata: Obj = {"name": name}
+    if labels:
+        metadata["labels"] = dict(labels)
+    if annotations:
+        metadata["annotations"] = dict(annotations)
+    spec: Obj = {"type": type_, "ports": [dict(p) for p in (DEFAULT_PORTS if ports is None else ports)]}
+    if selector is not None:
+        spec["selector"] = dict(selector)
+    return {"apiVersion": "v1", "kind": "Service", "metadata": metadata, "spec": spec}
+
+
+def attachment_body(
+    name: str,
+    endpoint: str,
+    *,
+    app: str = "db",
+    kind: str = "Postgres",
+    group: str | None = None,
+    class_name: str | None = None,
+    claim_name: str | None = None,
+    family: str | None = None,
+    ports: Sequence[int] | None = None,
+    method: str | None = None,
+    allow_icmp: bool | None = None,
+) -> Obj:
+    """An EndpointAttachment as Cozystack's documentation writes it (``loadBalancer`` with neither
+    ``className`` nor ``claimName``: the default class)."""
+    ref: Obj = {"kind": kind, "name": app}
+    if group is not None:
+        ref["group"] = group
+    balancer: Obj = {}
+    for key, value in (
+        ("className", class_name),
+        ("claimName", claim_name),
+        ("family", family),
+        ("ports", list(ports) if ports is not None else None),
+        ("method", method),
+        ("allowICMP", allow_icmp),
+    ):
+        if value is not None:
+            balancer[key] = value
+    return {
+        "apiVersion": ATTACHMENTS.api_version,
+        "kind": "EndpointAttachment",
+        "metadata": {"name": name},
+        "spec": {"applicationRef": ref, "endpoint": {"serviceName": endpoint}, "loadBalancer": balancer},
+    }
+
+
+def address_class_body(
+    name: str,
+    cidrs: Sequence[str],
+    *,
+    reclaim: str = RETAIN,
+    default: bool = False,
+    provisioner: str = METALLB_PROVISIONER,
+) -> Obj:
+    """An IPAddressClass of the substrate, served by its MetalLB driver from ``cidrs``."""
+    metadata: Obj = {"name": name}
+    if default:
+        metadata["annotations"] = {DEFAULT_CLASS_ANNOTATION: "true"}
+    return {
+        "apiVersion": CLASSES.api_version,
+        "kind": "IPAddressClass",
+        "metadata": metadata,
+        "spec": {
+            "provisioner": provisioner,
+            "reclaimPolicy": reclaim,
+            "parameters": {"addresses": list(cidrs)},
+        },
+    }
+
+
+def claim_body(name: str, class_name: str | None = None, family: str | None = None) -> Obj:
+    """A reserved IPAddressClaim (a tenant's, or a hoster's for a tenant)."""
+    spec: Obj = {}
+    if class_name is not None:
+        spec["className"] = class_name
+    if family is not None:
+        spec["family"] = family
+    return {
+        "apiVersion": CLAIMS.api_version,
+        "kind": "IPAddressClaim",
+        "metadata": {"name": name},
+        "spec": spec,
+    }
+
+
+def pool_body(name: str, cidrs: Sequence[str], *, silent: bool = False) -> Obj:
+    """The MetalLB IPAddressPool the substrate's driver renders for class ``name`` (same spec, so the
+    model finds it as it wants it and leaves it); ``silent``: restricted to a namespace that does not
+    exist, so MetalLB refuses every Service the pinned address is asked for (a load balancer that
+    never answers)."""
+    spec: Obj = {
+        "addresses": [str(ipaddress.ip_network(c, strict=False)) for c in cidrs],
+        "autoAssign": False,
+        "avoidBuggyIPs": False,
+    }
+    if silent:
+        spec["serviceAllocation"] = {"namespaces": [NOBODY_NAMESPACE]}
+    return {
+        "apiVersion": POOLS.api_version,
+        "kind": "IPAddressPool",
+        "metadata": {"name": name, "namespace": METALLB_NAMESPACE},
+        "spec": spec,
+    }
+
+
+class Tenant:
+    """One tenant namespace and what the tests create in it; ``cleanup`` removes it all, the
+    cluster-scoped objects included (``world``: the substrate and MetalLB, None for tests without
+    addresses)."""
+
+    def __init__(self, kube: Kube, namespace: str, world: World | None = None) -> None:
+        self.kube, self.namespace, self.world = kube, namespace, world
+        self.classes: list[str] = []
         self.cluster_objects: list[str] = []
         self.ips = iter(range(10, 250))
 
     async def app(self, name: str, kind: str = "Postgres") -> Obj:
-        """A Cozystack application: its HelmRelease, carrying the lineage labels."""
-        release = make_helmrelease(
-            f"{kind.lower()}-{name}",
-            self.namespace,
-            labels=lineage_labels(kind=kind, name=name, tenant_facing=False),
-        )
-        body = for_create(release)
+        """A Cozystack application: its HelmRelease ``<kind>-<name>``, carrying the lineage labels."""
+        body = helmrelease_body(f"{kind.lower()}-{name}", lineage(kind, name, tenant_facing=False))
         return await self.kube.create(HELMRELEASES.path(self.namespace), body)
 
     async def endpoint(
@@ -228,21 +516,24 @@ class Tenant:
         name: str,
         app: str,
         *,
-        selector: Mapping[str, str],
+        selector: Mapping[str, str] | None,
         kind: str = "Postgres",
         ports: Sequence[Mapping[str, Any]] | None = None,
         tenant_facing: bool = True,
     ) -> Obj:
         """A Service of the app as Cozystack's lineage webhook labels it."""
-        service = make_service(
-            name,
-            self.namespace,
-            labels=lineage_labels(kind=kind, name=app, tenant_facing=tenant_facing),
-            selector=selector,
-            ports=ports,
+        body = service_body(
+            name, labels=lineage(kind, app, tenant_facing=tenant_facing), selector=selector, ports=ports
         )
-        body = for_create(service)
         return await self.kube.create(SERVICES.path(self.namespace), body)
+
+    async def app_with_endpoint(self, name: str = "db", kind: str = "Postgres") -> str:
+        """An application and its tenant-facing Service ``<kind>-<name>-rw`` (selecting the
+        application's primary); returns the Service's name."""
+        await self.app(name, kind)
+        endpoint = f"{kind.lower()}-{name}-rw"
+        await self.endpoint(endpoint, name, kind=kind, selector={"app": name, "role": "primary"})
+        return endpoint
 
     async def pod(self, name: str, labels: Mapping[str, str], ready: bool = True) -> Obj:
         """A Pod on the test node, marked Running (and Ready) with an IP, as the kubelet would."""
@@ -268,32 +559,123 @@ class Tenant:
         }
         await self.kube.patch(PODS.path(self.namespace, name) + "/status", {"status": status}, kind="merge")
 
-    async def address_class(self, name: str, **kwargs: Any) -> Obj:
-        self.cluster_objects.append(CLASSES.path(name=name))
-        return await self.kube.create(CLASSES.path(), for_create(make_class(name, **kwargs)))
+    async def address_class(
+        self,
+        name: str,
+        *cidrs: str,
+        reclaim: str = RETAIN,
+        default: bool = False,
+        provisioner: str = METALLB_PROVISIONER,
+        silent: bool = False,
+    ) -> Obj:
+        """An IPAddressClass (removed at cleanup, with its addresses and MetalLB pool). ``silent``:
+        its pool is declared first, restricted so that MetalLB answers none of its Services (the
+        driver finds the pool as it wants it and keeps it); ``answer`` lifts that."""
+        self.classes.append(name)
+        if silent:
+            assert self.world is not None, "a silent class needs MetalLB"
+            self.cluster_objects.append(POOLS.path(METALLB_NAMESPACE, name))
+            await self.kube.create(POOLS.path(METALLB_NAMESPACE), pool_body(name, cidrs, silent=True))
+            await self.world.balancer.wait_for_pool(name)
+        body = address_class_body(name, cidrs, reclaim=reclaim, default=default, provisioner=provisioner)
+        created = await self.kube.create(CLASSES.path(), body)
+        if self.world is not None and provisioner == METALLB_PROVISIONER and cidrs:
+            await self.world.balancer.wait_for_pool(name)
+        return created
 
-    async def proxy(self) -> Obj:
-        self.cluster_objects.append(PROXIES.path(name="cozy-proxy"))
-        return await self.kube.create(PROXIES.path(), for_create(make_serviceproxy()))
+    async def answer(self, class_name: str) -> None:
+        """MetalLB answers the Services of a silent class from now on (the restriction lifted)."""
+        await self.kube.patch(
+            POOLS.path(METALLB_NAMESPACE, class_name), {"spec": {"serviceAllocation": None}}, "merge"
+        )
 
-    async def attachment(self, name: str, endpoint: str, **kwargs: Any) -> Obj:
-        built = make_attachment(name, self.namespace, endpoint=endpoint, owner_uid=None, **kwargs)
-        return await self.kube.create(ATTACHMENTS.path(self.namespace), for_create(built))
+    async def claim(self, name: str, class_name: str | None = None, family: str | None = None) -> Obj:
+        """A reserved claim in the namespace."""
+        return await self.kube.create(CLAIMS.path(self.namespace), claim_body(name, class_name, family))
 
-    async def app_with_endpoint(self, name: str = "db") -> str:
-        """An application and its tenant-facing Service ``postgres-<name>-rw`` (selecting the
-        application's primary); returns the Service's name."""
-        await self.app(name)
-        endpoint = f"postgres-{name}-rw"
-        await self.endpoint(endpoint, name, selector={"app": name, "role": "primary"})
-        return endpoint
+    async def bound_claim(self, name: str, class_name: str | None = None, family: str | None = None) -> Obj:
+        """A reserved claim, once the substrate bound it (every family it asks for)."""
+        await self.claim(name, class_name, family)
+        found = await wait_for_object(
+            self.kube,
+            CLAIMS,
+            name,
+            lambda c: phase(c) == "Bound",
+            namespace=self.namespace,
+            timeout=ANSWER_TIMEOUT,
+            what=f"claim {name} Bound",
+        )
+        assert found is not None
+        return found
 
-    async def claim(self, name: str, class_name: str, address: str | None = None) -> Obj:
-        built = make_claim(name, self.namespace, class_name=class_name, address=address, phase=None)
-        return await self.kube.create(CLAIMS.path(self.namespace), for_create(built))
+    async def attachment(self, name: str, endpoint: str, **spec: Any) -> Obj:
+        """An attachment of ``endpoint`` (``attachment_body``'s keywords)."""
+        return await self.kube.create(
+            ATTACHMENTS.path(self.namespace), attachment_body(name, endpoint, **spec)
+        )
+
+    async def get(self, name: str) -> Obj | None:
+        return await self.kube.get(ATTACHMENTS.path(self.namespace, name))
+
+    async def labelled_services(self, attachment: str) -> list[Obj]:
+        """Every Service in the namespace carrying the diagnostic label for ``attachment``."""
+        listing = await self.kube.list(
+            SERVICES.path(self.namespace), label_selector=f"{ATTACHMENT_LABEL}={attachment}"
+        )
+        return list(listing["items"])
+
+    async def service_of(self, attachment: Obj) -> Obj | None:
+        """The Service the attachment controls (by owner reference to its UID); None: none."""
+        uid = attachment["metadata"]["uid"]
+        listing = await self.kube.list(SERVICES.path(self.namespace))
+        mine = [s for s in listing["items"] if controller_uid(s) == uid]
+        assert len(mine) <= 1, f"{len(mine)} Services controlled by {attachment['metadata']['name']}"
+        return mine[0] if mine else None
+
+    async def minted_claims(self, attachment: Obj) -> list[Obj]:
+        """The claims the attachment controls (by owner reference to its UID)."""
+        uid = attachment["metadata"]["uid"]
+        listing = await self.kube.list(CLAIMS.path(self.namespace))
+        return [c for c in listing["items"] if controller_uid(c) == uid]
 
     async def cleanup(self) -> None:
-        for attachment in (await self.kube.list(ATTACHMENTS.path(self.namespace)))["items"]:
-            await self.kube.delete(ATTACHMENTS.path(self.namespace, attachment["metadata"]["name"]))
+        """Attachments, claims, then the classes' addresses, classes and pools; each wait bounded,
+        then forced (a finalizer whose owner is not running any more is removed)."""
+        kube, ns = self.kube, self.namespace
+        await _delete_all(kube, ATTACHMENTS, ns)
+        await _delete_all(kube, CLAIMS, ns)
+        for item in (await kube.list(ADDRESSES.path()))["items"]:
+            if (item.get("spec") or {}).get("className") in self.classes:
+                await kube.delete(ADDRESSES.path(name=item["metadata"]["name"]))
+        for name in self.classes:
+            await kube.delete(CLASSES.path(name=name))
         for path in self.cluster_objects:
-            await self.kube.delete(path)
+            await kube.delete(path)
+        if self.world is not None:
+            for name in self.classes:
+                await wait_for_object(
+                    kube,
+                    POOLS,
+                    name,
+                    lambda p: p is None,
+                    namespace=METALLB_NAMESPACE,
+                    timeout=CLEANUP_TIMEOUT,
+                    what=f"the pool of class {name} gone",
+                )
+
+
+async def _delete_all(kube: Kube, resource: Resource, namespace: str) -> None:
+    """Delete every object of ``resource`` in the namespace and wait until they are gone; whatever
+    a finalizer still holds after the bounded wait loses its finalizers."""
+    for item in (await kube.list(resource.path(namespace)))["items"]:
+        await kube.delete(resource.path(namespace, item["metadata"]["name"]))
+
+    async def gone() -> bool:
+        return not (await kube.list(resource.path(namespace)))["items"]
+
+    try:
+        await eventually(gone, timeout=CLEANUP_TIMEOUT, what=f"{resource.plural} in {namespace} gone")
+    except AssertionError:
+        for item in (await kube.list(resource.path(namespace)))["items"]:
+            path = resource.path(namespace, item["metadata"]["name"])
+            await kube.patch(path, {"metadata": {"finalizers": None}}, "merge")

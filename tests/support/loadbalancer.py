@@ -1,15 +1,15 @@
-"""The integration tests' load balancer: MetalLB's real controller (``hack/metallb.py``), with an
-``IPAddressPool`` declared for each ``IPAddressClass`` as a hoster would (``autoAssign: false``, so it
-hands out only the address a rendered Service asks for in ``metallb.io/loadBalancerIPs``).
+"""The integration tests' load balancer: MetalLB's real controller (``hack/metallb.py``). Its
+``IPAddressPool`` objects are the address substrate's (its MetalLB driver renders one per class, in
+the tests the model ``tests/support/substrate.py``) or a test's own; it hands out only the address
+a Service asks for in ``metallb.io/loadBalancerIPs`` (every pool here is ``autoAssign: false``).
 
 Decides: that a test session runs at most one MetalLB. ``load_balancer(kube)`` starts it on first use
 inside ``load_balancer_session()`` (which the session's ``kube`` fixture holds open, so MetalLB stops
 before the control plane does) and hands the same one to every later caller; outside such a session
-it runs one of its own for the ``async with``. ``SILENT_LOAD_BALANCER_CLASS`` is the
-``loadBalancerClass`` no load balancer here serves: a class that names it plays a load balancer that
-never answers.
+it runs one of its own for the ``async with``.
 
-Does not: write any Service's status (only MetalLB does), or decide which address a Service gets.
+Does not: write any Service's status (only MetalLB does), declare a pool, or decide which address a
+Service gets.
 """
 
 from __future__ import annotations
@@ -20,14 +20,9 @@ import tempfile
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Final
 
 from hack.metallb import MetalLB, metallb
 from shared.kube import Kube
-
-# MetalLB here runs without --lb-class, so it answers only Services without a loadBalancerClass; a
-# class naming this one renders Services nothing will ever answer (AddressPending for good).
-SILENT_LOAD_BALANCER_CLASS: Final = "example.com/silent-load-balancer"
 
 
 @dataclass
@@ -60,8 +55,7 @@ def _kubeconfig_of(kube: Kube) -> str:
 
 @contextlib.asynccontextmanager
 async def load_balancer(kube: Kube, kubeconfig: str | None = None) -> AsyncIterator[MetalLB]:
-    """MetalLB answering the rendered Services of ``kube``'s cluster, its pools mirroring the classes
-    there are now (and following them while the ``async with`` lasts)."""
+    """MetalLB answering the Services of ``kube``'s cluster from the pools declared there."""
     session = _session
     if session is None:
         log = Path(tempfile.mkdtemp(prefix="metallb-")) / "metallb.log"
@@ -71,14 +65,7 @@ async def load_balancer(kube: Kube, kubeconfig: str | None = None) -> AsyncItera
     async with session.lock:
         if session.running is None or not session.running.running():
             session.running = await session.stack.enter_async_context(
-                # The session's control plane may stop first: its pools go with it.
-                metallb(
-                    kube,
-                    kubeconfig or _kubeconfig_of(kube),
-                    session.log_dir / "metallb.log",
-                    remove_pools=False,
-                )
+                metallb(kube, kubeconfig or _kubeconfig_of(kube), session.log_dir / "metallb.log")
             )
         running = session.running
-    await running.wait_for_pools()
     yield running

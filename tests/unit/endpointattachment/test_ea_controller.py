@@ -389,19 +389,24 @@ async def test_a_key_not_cached_is_a_quiet_pass() -> None:
 
 
 async def test_a_first_pass_stamps_mints_and_renders_nothing_before_the_claim_is_bound() -> None:
-    running, writer, caches, _ = reconciler(*RESOLVED, put("attachment", make_attachment(owner_uid=None)))
-    assert await running.reconcile(KA) == Result()
+    running, writer, caches, clock = reconciler(*RESOLVED, put("attachment", make_attachment(owner_uid=None)))
+    assert await running.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
     assert writer.calls == [
         ("metadata", "endpointattachments", "db-public"),  # finalizer, owner reference, lineage labels
         ("create", "ipaddressclaims", "db-public-x7ktq"),
-        ("status", "endpointattachments", "db-public"),
-    ]
-    assert stored_provisioned(caches) == ("False", "ClaimPending")
+    ], "no status while the substrate's binding is due"
     stamped = caches.store(ATTACHMENTS).get(KA) or {}
     assert FINALIZER in stamped["metadata"]["finalizers"]
     assert stamped["metadata"]["labels"] == {
         k: v for k, v in lineage_labels(tenant_facing=False).items() if k.startswith("apps.")
     }
+    writer.calls.clear()
+    clock.now += controller.STATUS_HOLD_SECONDS
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == [("status", "endpointattachments", "db-public")], (
+        "no binding: said once the hold ends"
+    )
+    assert stored_provisioned(caches) == ("False", "ClaimPending")
 
 
 async def test_once_bound_the_service_is_created_and_its_status_held_for_the_answer() -> None:

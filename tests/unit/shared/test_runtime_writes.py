@@ -8,7 +8,8 @@ import pytest
 
 from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj
-from shared.runtime.writes import Writer
+from shared.runtime.controller import Write
+from shared.runtime.writes import Finalizer, Writer
 
 
 class RecordingInformer:
@@ -60,3 +61,40 @@ def test_an_answer_goes_to_the_cache_unless_the_write_removed_the_object(
 def test_an_unwatched_kind_is_left_alone() -> None:
     writer = Writer(None, lambda _: None)  # type: ignore[arg-type]
     assert writer.remember(SERVICES, answer()) == answer()
+
+
+# --- Finalizer: the protocol of one finalizer of ours ------------------------------------------------
+
+FINALIZER_NAME = "example.cozystack.io/finalizer"
+
+
+@pytest.mark.parametrize(
+    ("metadata", "held", "releasing"),
+    [
+        pytest.param({}, False, False, id="live-and-not-held"),
+        pytest.param({"finalizers": [FINALIZER_NAME]}, True, False, id="live-and-held"),
+        pytest.param({"finalizers": ["other"]}, False, False, id="another-writers-finalizer-is-not-ours"),
+        pytest.param(
+            {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": [FINALIZER_NAME, "other"]},
+            True,
+            True,
+            id="deleting-and-held-is-ours-to-release",
+        ),
+        pytest.param(
+            {"deletionTimestamp": "2026-01-01T00:00:00Z", "finalizers": ["other"]},
+            False,
+            False,
+            id="deleting-and-released-is-no-longer-ours",
+        ),
+    ],
+)
+def test_a_finalizer_knows_when_an_object_is_its_to_release(
+    metadata: dict[str, Any], held: bool, releasing: bool
+) -> None:
+    finalizer = Finalizer(FINALIZER_NAME, SERVICES)
+    obj = answer(**metadata)
+    assert (finalizer.held(obj), finalizer.releasing(obj)) == (held, releasing)
+
+
+def test_a_finalizer_declares_the_patch_it_needs() -> None:
+    assert Finalizer(FINALIZER_NAME, SERVICES).writes == Write(SERVICES, ("patch",))
