@@ -905,6 +905,25 @@ def test_the_class_s_load_balancer_class_is_rendered_before_the_service_exists()
     assert plan.service["spec"]["loadBalancerClass"] == "metallb"
 
 
+def test_no_service_before_the_claim_s_class_is_seen() -> None:
+    """The claim's binding and its class come on separate watches: a Service created before the
+    class is read would keep the wrong loadBalancerClass for good."""
+    plan = reconcile(observe(claim_class=None))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert "IPAddressClass public is not found" in message(plan)
+    assert (plan.service_action, plan.service, plan.mint) == (ServiceAction.NONE, None, None)
+
+
+@pytest.mark.parametrize("load_balancer_class", [None, "metallb"])
+def test_a_class_gone_after_rendering_leaves_the_live_service_as_it_is(
+    load_balancer_class: str | None,
+) -> None:
+    live = attached(observe(claim_class=make_class(load_balancer_class=load_balancer_class)))
+    plan = reconcile(dataclasses.replace(live, claim_class=None))
+    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert (plan.service_action, plan.service_patch) == (ServiceAction.NONE, None)
+
+
 # --- detach, incarnation, stamps ---------------------------------------------------------------------
 
 
