@@ -305,6 +305,7 @@ ANSWERED_A = {**OURS_A, "status": {"loadBalancer": {"ingress": [{"ip": ADDRESS}]
         ("service", make_service(), None, {KA}),  # the endpoint went: Detached
         ("service", CHART, changed(CHART), set()),  # a proxied Service's status: nobody's business
         ("service", None, CHART, {KV}),
+        ("class", None, make_class("private"), {KV}),  # a class arriving after its claim bound
         ("class", CLASS_1, changed(CLASS_1), set()),  # status only: no new generation
         ("class", CLASS_1, changed(CLASS_1, generation=2), {KA, KB, KT}),
         ("crd", None, make_crd(CLAIMS), {KA, KB, KV, KT}),

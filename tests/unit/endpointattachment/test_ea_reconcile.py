@@ -13,6 +13,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from operators.endpointattachment.api import (
     ATTACHMENT_LABEL,
@@ -57,6 +59,7 @@ from operators.endpointattachment.reconcile import (
     PassContext,
     Plan,
     ServiceAction,
+    claim_addresses,
     reconcile,
     refusal_of,
 )
@@ -1180,3 +1183,98 @@ def test_malformed_objects_around_never_raise() -> None:
         dataclasses.replace(attached(), rendered_endpoints={"subsets": [{"addresses": [{}]}]}),
     ):
         reconcile(observed, PassContext(now=T0))
+
+
+# --- over any world: the status is a projection of the conditions, and a settled pass is quiet ------
+
+ANY_HELMRELEASE = st.sampled_from([make_helmrelease(), make_helmrelease(uid="hr-uid-2"), None])
+ANY_ENDPOINT = st.sampled_from(
+    [
+        make_service(),
+        make_service(selector={}),
+        make_service(labels=OTHER_APP),
+        make_service(ports=TWO_PORTS),
+        None,
+    ]
+)
+ANY_CLAIM = st.sampled_from(
+    [
+        make_claim(),
+        make_claim(phase="Pending", addresses=()),
+        make_claim(family="Dual", addresses=(ADDRESS, ADDRESS_V6)),
+        None,
+    ]
+)
+ANY_ATTACHMENT = st.sampled_from(
+    [
+        make_attachment(),
+        make_attachment(owner_uid=None),
+        make_attachment(ports=[9187]),
+        make_attachment(family="Dual"),
+    ]
+)
+
+
+@given(
+    attachment=ANY_ATTACHMENT,
+    helmrelease=ANY_HELMRELEASE,
+    endpoint=ANY_ENDPOINT,
+    claim=ANY_CLAIM,
+    substrate=st.booleans(),
+    rendered=st.booleans(),
+    announced=st.booleans(),
+    in_use=st.booleans(),
+    seconds=st.integers(min_value=0, max_value=120),
+)
+def test_any_world(
+    attachment: dict[str, Any],
+    helmrelease: dict[str, Any] | None,
+    endpoint: dict[str, Any] | None,
+    claim: dict[str, Any] | None,
+    substrate: bool,
+    rendered: bool,
+    announced: bool,
+    in_use: bool,
+    seconds: int,
+) -> None:
+    observed = observe(
+        attachment=attachment, helmrelease=helmrelease, endpoint=endpoint, claim=claim, substrate=substrate
+    )
+    if rendered:
+        ingress = tuple(claim_addresses(claim)) if announced and claim is not None else ()
+        service = as_stored(previously_rendered(), ingress=ingress)
+        observed = dataclasses.replace(observed, services=[service])
+    if in_use:
+        observed = dataclasses.replace(
+            observed,
+            addresses=[make_ip_address(associated_to=(NAMESPACE, "legacy-lb"))],
+            claim_users=[LEGACY],
+        )
+    context = PassContext(now=T0 + timedelta(seconds=seconds))
+    plan = reconcile(observed, context)
+    resolved, provisioned = (c for c in plan.conditions)
+    phase = plan.status["phase"]
+    assert (phase == PHASE_ATTACHED) is (resolved.status == TRUE and provisioned.status == TRUE)
+    assert (phase == PHASE_DETACHED) is (provisioned.reason == REASON_ENDPOINT_DETACHED)
+    assert provisioned.reason in PROVISIONED_REASONS
+    assert resolved.reason in RESOLVED_REASONS
+    if resolved.status != TRUE:
+        assert plan.mint is None, "nothing is minted before Resolved"
+        assert plan.service_action in (ServiceAction.NONE, ServiceAction.DELETE)
+    if plan.service_action is ServiceAction.CREATE:
+        assert claim is not None
+        assert claim_addresses(claim), "no Service before the claim is Bound"
+    if plan.status["serviceName"] is not None:
+        assert plan.service_action is not ServiceAction.DELETE
+    if plan.service_action in (ServiceAction.NONE, ServiceAction.PATCH) and plan.mint is None:
+        settled = settle(observed, plan)
+        if plan.service_action is ServiceAction.PATCH:
+            return  # the Service changes: the next pass reads the API's answer
+        assert_quiet(reconcile(settled, context), settled)
+
+
+def previously_rendered() -> dict[str, Any]:
+    """The Service a previous pass created (in the default world)."""
+    service = reconcile(observe()).service
+    assert service is not None
+    return dict(service)
