@@ -464,6 +464,22 @@ def test_a_vm_mode_pass_reads_its_rendered_service_s_v1_endpoints() -> None:
     assert observed.rendered_endpoints == make_endpoints("db-vm-x7ktq")
 
 
+def test_a_vm_mode_pass_reads_the_live_service_s_endpoints_not_a_withdrawn_one_s() -> None:
+    """A withdrawn Service can linger (a finalizer) while its successor is rendered: cozy-proxy
+    programs the live one from its own v1 Endpoints."""
+    withdrawn = svc("db-vm-aaaaa", V, labels=PROXIED, deleting=True)
+    successor = svc("db-vm-bbbbb", V, labels=PROXIED, created="2024-01-01T00:01:00Z")
+    world = full_world(
+        put("service", withdrawn),
+        put("service", successor),
+        put("endpoints", make_endpoints("db-vm-aaaaa")),
+        put("endpoints", make_endpoints("db-vm-bbbbb", backends=())),
+    )
+    observed = world.observe(KV)
+    assert observed is not None
+    assert observed.rendered_endpoints == make_endpoints("db-vm-bbbbb", backends=())
+
+
 def test_observe_of_a_uid_less_attachment_owns_nothing() -> None:
     no_uid = {**A, "metadata": {k: v for k, v in A["metadata"].items() if k != "uid"}}
     world = full_world(put("attachment", no_uid))
