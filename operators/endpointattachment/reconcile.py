@@ -24,9 +24,13 @@ Decides, on every pass:
   (``DatapathContractUnavailable``), PortList ports without translation (``RenderFailed``), one
   ready backend by the endpoint's EndpointSlices (``MultipleBackends``), exclusivity per selected
   pod (``BackendAlreadyDelegated`` naming the winner).
-- the rendered Service (only with the claim ``Bound``): created when there is none of ours,
-  patched on our fields, left alone with ``RenderFailed`` when an immutable field no longer matches
-  the class or the claim ("recreate the attachment": recreating it here would drop the address);
+- the rendered Service (only with the claim ``Bound`` and its class observed: the claim's binding and
+  the class arrive on separate watches, and a Service created before its class was read would keep
+  the wrong ``loadBalancerClass`` for good, so a Bound claim whose class is not seen is
+  ``ClaimPending`` until it is; a class gone after rendering leaves the live Service as it is):
+  created when there is none of ours, patched on our fields, left alone with ``RenderFailed`` when
+  an immutable field no longer matches the class or the claim ("recreate the attachment":
+  recreating it here would drop the address);
   withdrawn (deleted) when it may not be rendered. Ours means a controller owner reference to this
   attachment's UID; a labelled Service without one is never looked at.
 - ``Provisioned``: the first failure above, else ``WaitingForAddress`` until the Service's
@@ -414,7 +418,13 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     family = claim_family(claim)
 
     # --- the Service -----------------------------------------------------------------------------
-    load_balancer_class = str(((observed.claim_class or {}).get("spec") or {}).get("loadBalancerClass") or "")
+    if observed.claim_class is None:
+        if existing is None:
+            return dark(REASON_CLAIM_PENDING, _classless_message(claim_name, claim))
+        # The class went after rendering: the live Service keeps the loadBalancerClass it has.
+        load_balancer_class = str((existing.get("spec") or {}).get("loadBalancerClass") or "")
+    else:
+        load_balancer_class = str((observed.claim_class.get("spec") or {}).get("loadBalancerClass") or "")
     desired = render_service(
         attachment,
         spec,
@@ -506,6 +516,15 @@ def _pending_message(name: str, claim: Mapping[str, Any]) -> str:
         "",
     )
     return f"claim {name} is {phase}{said}"
+
+
+def _classless_message(name: str, claim: Mapping[str, Any]) -> str:
+    status, spec = claim.get("status") or {}, claim.get("spec") or {}
+    class_name = status.get("className") or spec.get("className") or "(none named)"
+    return (
+        f"claim {name} is Bound, but its IPAddressClass {class_name} is not found: the Service's "
+        "loadBalancerClass, which cannot change once it exists, is read from the class first"
+    )
 
 
 def _in_use_by(observed: Observed, existing: Mapping[str, Any] | None) -> str | None:
