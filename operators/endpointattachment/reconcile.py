@@ -45,11 +45,11 @@ Decides, on every pass:
   ``EndpointDetached``, else Pending), ``serviceName`` (only while a Service of ours lives),
   ``claimName`` (the referenced claim, or the minted one once it exists), ``addresses`` (the
   claim's, IPv4 first, while it is Bound), ``observedGeneration``, conditions.
-- what the API and time tell (``PassContext``): a Service write the API refused (400, 403, 422:
-  validation, a webhook or policy, a quota, a terminating namespace) is ``RenderFailed`` with the
-  API's message, and the very same request is not sent again (anything it is rendered from changing
-  makes another body); a quota refusal is tried again after ``quota_retry_seconds`` (a quota frees
-  without an event we watch).
+- what the API and time tell (``PassContext``): a Service write or a claim create the API refused
+  (400, 403, 422: validation, a webhook or policy, a quota, a terminating namespace) is
+  ``RenderFailed`` with the API's message, and the very same request is not sent again (anything
+  it is rendered from changing makes another body); a quota refusal is tried again after
+  ``quota_retry_seconds`` (a quota frees without an event we watch).
 - deletion: a finalize plan that deletes our Services and waits until they are gone (cozy-proxy's
   survivors are re-programmed by the glue); the minted claim is left to garbage collection.
 
@@ -170,6 +170,7 @@ class ServiceAction(StrEnum):
     """What the glue does to the rendered Service this pass."""
 
     NONE = "None"
+    MINT = "Mint"  # create the claim (``Plan.mint``): refused like a Service write, remembered alike
     CREATE = "Create"
     PATCH = "Patch"  # JSON merge patch ``Plan.service_patch``
     DELETE = "Delete"
@@ -402,8 +403,13 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
                 f"claim {spec.claim_name} is {claim_family(claim)}, the attachment asks for {spec.family}",
             )
     elif claim is None:
+        mint = render_claim(attachment, spec)
+        refused, retry = _still_refused(context, ServiceAction.MINT, mint, None)
+        if refused is not None:
+            failed = dark(REASON_RENDER_FAILED, f"the API refused to create the claim: {refused.message}")
+            return replace(failed, recheck_after=retry)
         what = f"class {spec.class_name}" if spec.class_name else "the default class"
-        return dark(REASON_CLAIM_PENDING, f"minting a claim from {what}", mint=render_claim(attachment, spec))
+        return dark(REASON_CLAIM_PENDING, f"minting a claim from {what}", mint=mint)
     claim_name = str(_meta(claim).get("name"))
     if not bound:
         return dark(REASON_CLAIM_PENDING, _pending_message(claim_name, claim))
@@ -554,7 +560,7 @@ def _still_refused(
     refusal = context.refusal if context is not None else None
     if context is None or refusal is None or refusal.action is not action:
         return None, None
-    body = desired if action is ServiceAction.CREATE else patch
+    body = patch if action is ServiceAction.PATCH else desired
     if body is None or dict(body) != dict(refusal.body):
         return None, None  # something it is rendered from changed: a new request deserves an answer
     if not refusal.quota:

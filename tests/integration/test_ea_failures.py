@@ -278,11 +278,6 @@ async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
     assert await errors(operator) == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="operator gap (issue 16, reported to the lead): a claim create refused by quota raises out "
-    "of the pass (an error retried with backoff, no status written at all)",
-)
 async def test_a_claim_the_quota_refuses_is_reported_not_retried_as_an_error(
     kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
