@@ -501,6 +501,10 @@ async def run_operators(
         substrate(kube),
     ):
         print(f"operators running (logs in {logs}); building the sample world...")
+        print(
+            "addresses: the address substrate's controllers cannot be built here, so its documented "
+            "model (tests/support/substrate.py) plays them, over real MetalLB"
+        )
         await build_world(kube, cluster)
         deadline = asyncio.get_running_loop().time() + 90
         while not await converged(kube) and asyncio.get_running_loop().time() < deadline:

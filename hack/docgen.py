@@ -757,6 +757,16 @@ def _is_immutable(schema: Schema) -> bool:
     )
 
 
+def _guarded_on_update(parent: Schema, name: str) -> bool:
+    """Whether a rule of ``parent`` comparing with ``oldSelf`` names the field ``name`` (its
+    fieldPath): an immutability rule written on the parent, so it also sees the field added or
+    removed."""
+    return any(
+        "oldSelf" in str(v.get("rule", "")) and v.get("fieldPath") == f".{name}"
+        for v in parent.get("x-kubernetes-validations") or ()
+    )
+
+
 def _rule_lines(validation: Mapping[str, Any]) -> list[str]:
     rule = str(validation.get("rule", "")).strip()
     on_update = "oldSelf" in rule
@@ -831,6 +841,12 @@ class Field:
     path: str
     schema: Schema
     required: bool
+    # Immutable by a rule of its parent's (``_guarded_on_update``), not of its own.
+    guarded: bool = False
+
+    @property
+    def immutable(self) -> bool:
+        return self.guarded or _is_immutable(self.schema)
 
 
 def _fields(schema: Schema, path: str) -> Iterator[Field]:
@@ -838,7 +854,7 @@ def _fields(schema: Schema, path: str) -> Iterator[Field]:
     required = set(schema.get("required") or ())
     for name, child in (schema.get("properties") or {}).items():
         child_path = f"{path}.{name}" if path else str(name)
-        yield Field(child_path, child, name in required)
+        yield Field(child_path, child, name in required, _guarded_on_update(schema, str(name)))
         yield from _nested(child, child_path)
 
 
@@ -880,7 +896,7 @@ def _field_section(field: Field, heading: bool = True) -> list[str]:
     facts = [f"*{_type_of(schema)}*"]
     if field.required:
         facts.append("required")
-    if _is_immutable(schema):
+    if field.immutable:
         facts.append("immutable")
     lines = ([f"#### `{field.path}`", ""] if heading else []) + [" · ".join(facts), ""]
     description = " ".join(str(schema.get("description") or "").split())
@@ -899,7 +915,7 @@ def _overview_row(field: Field) -> list[str]:
         _code(field.path),
         _type_of(schema),
         "yes" if field.required else "",
-        "yes" if _is_immutable(schema) else "",
+        "yes" if field.immutable else "",
         default,
     ]
 

@@ -90,7 +90,8 @@ from operators.endpointattachment.datapath import (
 )
 from operators.endpointattachment.endpoint import Resolution, application_ref, resolve
 from operators.endpointattachment.reasons import (
-    PROVISIONED,
+    CONDITION_PROVISIONED,
+    CONDITION_RESOLVED,
     REASON_ADDRESS_NOT_ANNOUNCED,
     REASON_CLAIM_IN_USE,
     REASON_CLAIM_NOT_FOUND,
@@ -105,7 +106,6 @@ from operators.endpointattachment.reasons import (
     REASON_RENDER_FAILED,
     REASON_UNRESOLVED,
     REASON_WAITING_FOR_ADDRESS,
-    RESOLVED,
 )
 from operators.endpointattachment.render import (
     RenderSettings,
@@ -238,7 +238,7 @@ class Plan:
 
     @property
     def provisioned(self) -> Condition | None:
-        return next((c for c in self.conditions if c.type == PROVISIONED), None)
+        return next((c for c in self.conditions if c.type == CONDITION_PROVISIONED), None)
 
     @property
     def waits_for_answer(self) -> bool:
@@ -307,7 +307,9 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         return finalize(observed)
     spec = spec_of(attachment)
     resolution = resolve(attachment, spec, observed.helmrelease, observed.endpoint)
-    resolved = Condition(RESOLVED, TRUE if resolution.ok else FALSE, resolution.reason, resolution.message)
+    resolved = Condition(
+        CONDITION_RESOLVED, TRUE if resolution.ok else FALSE, resolution.reason, resolution.message
+    )
     owner, labels = _stamps(observed, spec, resolution)
     existing = next((s for s in observed.services if not _deleting(s)), None)
     surplus = tuple(s for s in observed.services if s is not existing and not _deleting(s))
@@ -331,7 +333,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         reason: str, message: str, phase: str = PHASE_PENDING, mint: Mapping[str, Any] | None = None
     ) -> Plan:
         """Nothing rendered: our Service (if any) is withdrawn."""
-        provisioned = Condition(PROVISIONED, FALSE, reason, message)
+        provisioned = Condition(CONDITION_PROVISIONED, FALSE, reason, message)
         return replace(
             common,
             conditions=(resolved, provisioned),
@@ -438,7 +440,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         mismatch = immutable_mismatch(existing, desired)
         if mismatch is not None:
             provisioned = Condition(
-                PROVISIONED,
+                CONDITION_PROVISIONED,
                 FALSE,
                 REASON_RENDER_FAILED,
                 f"Service {_meta(existing).get('name')}: {mismatch}; recreate the attachment to render "
@@ -455,7 +457,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     if refused is not None:
         verb = "create" if refused.action is ServiceAction.CREATE else "change"
         provisioned = Condition(
-            PROVISIONED,
+            CONDITION_PROVISIONED,
             FALSE,
             REASON_RENDER_FAILED,
             f"the API refused to {verb} the Service: {refused.message}",
@@ -574,7 +576,9 @@ def _provisioned(
     listed = ", ".join(addresses)
     if existing is None or action is ServiceAction.CREATE:
         return (
-            Condition(PROVISIONED, FALSE, REASON_WAITING_FOR_ADDRESS, "the Service is being written"),
+            Condition(
+                CONDITION_PROVISIONED, FALSE, REASON_WAITING_FOR_ADDRESS, "the Service is being written"
+            ),
             None,
             None,
         )
@@ -582,7 +586,7 @@ def _provisioned(
     missing = [a for a in addresses if a not in ingress_addresses(existing)]
     if missing:
         waiting = Condition(
-            PROVISIONED,
+            CONDITION_PROVISIONED,
             FALSE,
             REASON_WAITING_FOR_ADDRESS,
             f"waiting for the load balancer to put {', '.join(missing)} in Service {name}'s ingress",
@@ -592,7 +596,9 @@ def _provisioned(
         return _unannounced(waiting, existing, missing, context)
     if not spec.vm_mode:
         return (
-            Condition(PROVISIONED, TRUE, REASON_PROVISIONED, f"{listed} announced for Service {name}"),
+            Condition(
+                CONDITION_PROVISIONED, TRUE, REASON_PROVISIONED, f"{listed} announced for Service {name}"
+            ),
             None,
             None,
         )
@@ -602,20 +608,20 @@ def _provisioned(
             f"{listed} is announced, but Service {name}'s Endpoints name no ready backend pod: "
             "cozy-proxy has nothing to send its traffic to yet"
         )
-        return Condition(PROVISIONED, FALSE, REASON_NO_READY_BACKEND, message), None, None
+        return Condition(CONDITION_PROVISIONED, FALSE, REASON_NO_READY_BACKEND, message), None, None
     if len(backends) > 1:
         names = ", ".join(label for _, label in backends)
         message = (
             f"Service {name}'s Endpoints name {len(backends)} ready backends ({names}); "
             f"{spec.method} serves one"
         )
-        return Condition(PROVISIONED, FALSE, REASON_MULTIPLE_BACKENDS, message), None, None
+        return Condition(CONDITION_PROVISIONED, FALSE, REASON_MULTIPLE_BACKENDS, message), None, None
     key, label = backends[0]
     token = programmed_token(listed, key)
     annotations = _meta(existing).get("annotations") or {}
     programmed = token if annotations.get(PROGRAMMED_ANNOTATION) != token else None
     message = f"{listed} announced for Service {name}; {spec.method} traffic goes to {label}"
-    return Condition(PROVISIONED, TRUE, REASON_PROVISIONED, message), programmed, None
+    return Condition(CONDITION_PROVISIONED, TRUE, REASON_PROVISIONED, message), programmed, None
 
 
 def _unannounced(
@@ -640,7 +646,7 @@ def _unannounced(
         f"Service {metadata.get('name')} being written at {rfc3339(since)}, from {served_by}: does it "
         "serve that class, and does the class's driver configure it?"
     )
-    return Condition(PROVISIONED, FALSE, REASON_ADDRESS_NOT_ANNOUNCED, message), None, None
+    return Condition(CONDITION_PROVISIONED, FALSE, REASON_ADDRESS_NOT_ANNOUNCED, message), None, None
 
 
 def _written_at(created: object, written_at: datetime | None) -> datetime | None:

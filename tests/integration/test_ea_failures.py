@@ -42,6 +42,7 @@ from tests.support.ea_cluster import (
     World,
     addresses,
     attached,
+    condition,
     ea_operator,
     ea_world,
     ingress,
@@ -58,13 +59,8 @@ from tests.support.waiting import eventually, quota_in_force, wait_for_object
 
 # The tenant-facing Service of application "db", every attachment's endpoint here.
 ENDPOINT: Final = "postgres-db-rw"
-POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
-POLICY_BINDINGS: Final = Resource(
-    "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
-)
 # What a hoster's policy says when it refuses a Service (the attachment must carry these words).
 POLICY_MESSAGE: Final = "this platform publishes no database port 5432"
-NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 SAMPLE_QUOTA: Final = "config/samples/resourcequota.yaml"
 SAMPLES: Final = "config/samples/kustomization.yaml"
 # Short waits, so the tests see the bounded waits end (the defaults are a minute each).
@@ -201,51 +197,19 @@ async def test_a_policy_refusal_carries_its_message_and_a_changed_input_is_sent_
     Service with 403: the attachment says so in the policy's words; the same Service is not sent
     again, but once what it is rendered from changes (the endpoint's port), the new one is."""
     ns = tenant.namespace
-    name = f"if-{ns}"[:63]
-    await kube.create(
-        POLICIES.path(),
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["CREATE", "UPDATE"],
-                            "resources": ["services"],
-                        }
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": "object.spec.type != 'LoadBalancer' || "
-                        "object.spec.ports.all(p, p.port != 5432)",
-                        "message": POLICY_MESSAGE,
-                        "reason": "Forbidden",
-                    }
-                ],
-            },
-        },
+    await tenant.policy(
+        "if-no-5432",
+        [
+            {
+                "apiGroups": [""],
+                "apiVersions": ["v1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["services"],
+            }
+        ],
+        "object.spec.type != 'LoadBalancer' || object.spec.ports.all(p, p.port != 5432)",
+        POLICY_MESSAGE,
     )
-    tenant.cluster_objects.append(POLICIES.path(name=name))
-    await kube.create(
-        POLICY_BINDINGS.path(),
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}},
-            },
-        },
-    )
-    tenant.cluster_objects.append(POLICY_BINDINGS.path(name=name))
     await eventually(lambda: _policy_refuses(kube, ns), what="the policy in force")
 
     await tenant.address_class("if-policy", "198.51.100.168/29")
@@ -312,6 +276,49 @@ async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
     provisioned = await wait_attachment(kube, ns, "capped", attached, operator)
     assert ingress(await tenant.service_of(provisioned)) == provisioned["status"]["addresses"]
     assert await errors(operator) == 0
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="operator gap (issue 16, reported to the lead): a claim create refused by quota raises out "
+    "of the pass (an error retried with backoff, no status written at all)",
+)
+async def test_a_claim_the_quota_refuses_is_reported_not_retried_as_an_error(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    """The tenant's claims quota is spent (the sample quota caps claims): the claim the attachment
+    would mint is refused with 403. That is a condition in the API's words, with nothing drawn and
+    nothing rendered, not an error retried with backoff; once the quota frees, it mints."""
+    ns = tenant.namespace
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-claims"},
+        "spec": {"hard": {"count/ipaddressclaims.local.sdn.cozystack.io": "0"}},
+    }
+    await quota_in_force(kube, ns, quota)
+    await tenant.address_class("if-claims-quota", "198.51.100.184/29")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("unminted", ENDPOINT, class_name="if-claims-quota")
+    refused = await wait_attachment(
+        kube,
+        ns,
+        "unminted",
+        lambda o: "exceeded quota" in message(o, PROVISIONED),
+        operator,
+        what="the claim's refusal reported",
+    )
+    assert condition(refused, PROVISIONED)[0] == "False"
+    assert await tenant.minted_claims(refused) == []
+    assert await tenant.service_of(refused) is None
+    assert await errors(operator) == 0, "a refusal is an outcome, not an error to retry"
+
+    await kube.patch(
+        RESOURCE_QUOTAS.path(ns, "no-claims"),
+        {"spec": {"hard": {"count/ipaddressclaims.local.sdn.cozystack.io": "1"}}},
+        "merge",
+    )
+    await wait_attachment(kube, ns, "unminted", attached, operator)
 
 
 # --- 4. deletion order -----------------------------------------------------------------------------

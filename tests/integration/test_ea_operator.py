@@ -35,7 +35,7 @@ from hack.devcluster import ClusterInfo, LocalControlPlane
 from hack.metallb import metallb
 from shared.kube import ApiError, Kube, Obj
 from shared.lineage import APPLICATION_GROUP_LABEL, APPLICATION_KIND_LABEL, APPLICATION_NAME_LABEL
-from shared.resources import CONFIGMAPS, HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES, Resource
+from shared.resources import CONFIGMAPS, HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES
 from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
 from tests.support.ea_cluster import (
     ADDRESSES,
@@ -76,15 +76,10 @@ from tests.support.otlp import attributes, otlp_receiver
 from tests.support.substrate import substrate
 from tests.support.waiting import eventually, wait_for_object
 
-POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
-POLICY_BINDINGS: Final = Resource(
-    "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
-)
 # The garbage collector acts as its own ServiceAccount (the control plane runs kube-controller-manager
 # with --use-service-account-credentials).
 GC_USER: Final = "system:serviceaccount:kube-system:generic-garbage-collector"
 GC_FENCE_PROBE: Final = "gc-fence-probe"
-NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 # A test's own finalizer: holds an object the test wants to outlive its owner a while.
 HOLD_FINALIZER: Final = "example.com/hold"
 # The sentinel port of a vm-instance endpoint before the chart exposes the VM (nothing to publish).
@@ -130,6 +125,53 @@ async def only_claim(tenant: Tenant, attachment: Obj) -> Obj:
 async def settled(world: World) -> None:
     """Until the substrate model has nothing left to write."""
     await world.model.wait_for(lambda m: not m.plan(""), 30, "the substrate settled")
+
+
+async def _minted(
+    tenant: Tenant, operator: RunningOperator, class_name: str, cidr: str
+) -> tuple[str, Obj, Obj, Obj]:
+    """A new class, application ``db`` with its endpoint, and attachment ``db-public`` minted from
+    the class, Attached: (the endpoint's name, the attachment, its claim, its Service)."""
+    await tenant.address_class(class_name, cidr)
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("db-public", endpoint, class_name=class_name)
+    ready = await attachment_attached(tenant, "db-public", operator)
+    service = await tenant.service_of(ready)
+    assert service is not None
+    return endpoint, ready, await only_claim(tenant, ready), service
+
+
+async def _attached_app(
+    tenant: Tenant, operator: RunningOperator, class_name: str, cidr: str
+) -> tuple[Obj, Obj, Obj]:
+    """Application ``db`` (its HelmRelease), its endpoint, and attachment ``db-public`` minted from a
+    new class, Attached; with its Service."""
+    await tenant.address_class(class_name, cidr)
+    release = await tenant.app("db")
+    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
+    await tenant.attachment("db-public", "postgres-db-rw", class_name=class_name)
+    ready = await attachment_attached(tenant, "db-public", operator)
+    service = await tenant.service_of(ready)
+    assert service is not None
+    return release, ready, service
+
+
+async def withdrawn(kube: Kube, service: Obj) -> None:
+    """Until the Service is gone from the API."""
+    name, namespace = service["metadata"]["name"], service["metadata"]["namespace"]
+    await wait_for_object(
+        kube, SERVICES, name, lambda s: s is None, namespace=namespace, what=f"{name} withdrawn"
+    )
+
+
+async def _versions(tenant: Tenant, attachment: Obj, claim: Obj) -> list[str]:
+    """The resourceVersions of the attachment, its Service and its claim, as they are now."""
+    found = (
+        await tenant.get(attachment["metadata"]["name"]),
+        await tenant.service_of(attachment),
+        await tenant.kube.get(CLAIMS.path(tenant.namespace, claim["metadata"]["name"])),
+    )
+    return [str((o or {}).get("metadata", {}).get("resourceVersion")) for o in found]
 
 
 async def _more(operator: RunningOperator, before: float) -> bool:
@@ -208,15 +250,7 @@ async def test_a_minted_attachment_is_provisioned_with_its_claims_address(
 
     # A second pass with nothing to change writes nothing: wake the attachment through its endpoint.
     await settled(world)
-    versions = [
-        o["metadata"]["resourceVersion"]
-        for o in (
-            await tenant.get("db-public"),
-            await tenant.service_of(ready),
-            await kube.get(CLAIMS.path(ns, claim["metadata"]["name"])),
-        )
-        if o is not None
-    ]
+    versions = await _versions(tenant, ready, claim)
     before = await reconciles(operator)
     await kube.patch(
         SERVICES.path(ns, endpoint["metadata"]["name"]),
@@ -224,16 +258,7 @@ async def test_a_minted_attachment_is_provisioned_with_its_claims_address(
         "merge",
     )
     await eventually(lambda: _more(operator, before), what="a pass over the attachment")
-    again = [
-        o["metadata"]["resourceVersion"]
-        for o in (
-            await tenant.get("db-public"),
-            await tenant.service_of(ready),
-            await kube.get(CLAIMS.path(ns, claim["metadata"]["name"])),
-        )
-        if o is not None
-    ]
-    assert again == versions
+    assert await _versions(tenant, ready, claim) == versions
 
     # It follows the endpoint: a new port is mirrored.
     await kube.patch(
@@ -406,6 +431,33 @@ async def test_hold_and_move_a_reserved_claim_never_written(
     assert claim["status"]["addresses"] == reserved["status"]["addresses"]
 
 
+async def test_a_lost_claim_is_no_longer_provisioned(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    """The address behind a reserved claim goes (a hoster deletes the IPAddress): the substrate marks
+    the claim Lost, and the attachment stops saying Provisioned: ClaimPending, naming the phase, its
+    Service withdrawn (the address reaches nobody through it any more)."""
+    await tenant.address_class("it-lost", "198.51.100.136/29")
+    claim = await tenant.bound_claim("fragile", "it-lost")
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("db-public", endpoint, claim_name="fragile")
+    ready = await attachment_attached(tenant, "db-public", operator)
+    service = await tenant.service_of(ready)
+    assert service is not None
+
+    await kube.delete(ADDRESSES.path(name=claim["status"]["addresses"][0]["name"]))
+    await wait_for_object(
+        kube, CLAIMS, "fragile", lambda c: phase(c) == "Lost", namespace=tenant.namespace, what="claim Lost"
+    )
+    lost = await wait_attachment(
+        kube, tenant.namespace, "db-public", provisioned_false("ClaimPending"), operator
+    )
+    assert "Lost" in message(lost, PROVISIONED), message(lost, PROVISIONED)
+    assert phase(lost) == PENDING
+    assert not lost["status"].get("addresses")
+    await withdrawn(kube, service)
+
+
 async def test_a_claim_associated_to_another_live_service_is_in_use(
     kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
@@ -550,13 +602,7 @@ async def test_identity_a_recreated_application_withdraws_and_inherits_nothing(
     incarnation. The garbage collector would collect the attachment at once (its owner's UID is
     gone), so a policy holds the collector's delete back for the observation (the GC retries)."""
     ns = tenant.namespace
-    await tenant.address_class("it-reborn", "198.51.100.80/29")
-    release = await tenant.app("db")
-    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
-    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-reborn")
-    ready = await attachment_attached(tenant, "db-public", operator)
-    service = await tenant.service_of(ready)
-    assert service is not None
+    release, _, service = await _attached_app(tenant, operator, "it-reborn", "198.51.100.80/29")
 
     await _fence_the_garbage_collector(kube, tenant)
     await kube.delete(HELMRELEASES.path(ns, release["metadata"]["name"]))
@@ -567,14 +613,7 @@ async def test_identity_a_recreated_application_withdraws_and_inherits_nothing(
     changed = await wait_attachment(
         kube, ns, "db-public", resolved_false("ApplicationIncarnationChanged"), operator
     )
-    await wait_for_object(
-        kube,
-        SERVICES,
-        service["metadata"]["name"],
-        lambda s: s is None,
-        namespace=ns,
-        what="the Service withdrawn",
-    )
+    await withdrawn(kube, service)
     assert phase(changed) != ATTACHED
     assert condition(changed, PROVISIONED)[0] == "False"
     owners = [r["uid"] for r in changed["metadata"].get("ownerReferences") or []]
@@ -586,58 +625,21 @@ async def _fence_the_garbage_collector(kube: Kube, tenant: Tenant) -> None:
     """A policy refusing the garbage collector's deletes of attachments in the tenant's namespace
     (and everyone's delete of one probe ConfigMap, by which the test sees the policy in force)."""
     ns = tenant.namespace
-    name = f"gc-fence-{ns}"[:63]
-    await kube.create(
-        POLICIES.path(),
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicy",
-            "metadata": {"name": name},
-            "spec": {
-                "failurePolicy": "Fail",
-                "matchConstraints": {
-                    "resourceRules": [
-                        {
-                            "apiGroups": [ATTACHMENTS.api_version.split("/")[0]],
-                            "apiVersions": ["v1alpha1"],
-                            "operations": ["DELETE"],
-                            "resources": ["endpointattachments"],
-                        },
-                        {
-                            "apiGroups": [""],
-                            "apiVersions": ["v1"],
-                            "operations": ["DELETE"],
-                            "resources": ["configmaps"],
-                        },
-                    ]
-                },
-                "validations": [
-                    {
-                        "expression": f"request.userInfo.username != '{GC_USER}' && "
-                        "!(request.kind.kind == 'ConfigMap' && "
-                        f"oldObject.metadata.name == '{GC_FENCE_PROBE}')",
-                        "message": "the garbage collector waits (test fence)",
-                        "reason": "Forbidden",
-                    }
-                ],
+    await tenant.policy(
+        "gc-fence",
+        [
+            {
+                "apiGroups": [ATTACHMENTS.api_version.split("/")[0]],
+                "apiVersions": ["v1alpha1"],
+                "operations": ["DELETE"],
+                "resources": ["endpointattachments"],
             },
-        },
+            {"apiGroups": [""], "apiVersions": ["v1"], "operations": ["DELETE"], "resources": ["configmaps"]},
+        ],
+        f"request.userInfo.username != '{GC_USER}' && "
+        f"!(request.kind.kind == 'ConfigMap' && oldObject.metadata.name == '{GC_FENCE_PROBE}')",
+        "the garbage collector waits (test fence)",
     )
-    tenant.cluster_objects.append(POLICIES.path(name=name))
-    await kube.create(
-        POLICY_BINDINGS.path(),
-        {
-            "apiVersion": "admissionregistration.k8s.io/v1",
-            "kind": "ValidatingAdmissionPolicyBinding",
-            "metadata": {"name": name},
-            "spec": {
-                "policyName": name,
-                "validationActions": ["Deny"],
-                "matchResources": {"namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: ns}}},
-            },
-        },
-    )
-    tenant.cluster_objects.append(POLICY_BINDINGS.path(name=name))
     await kube.create(
         CONFIGMAPS.path(ns), {"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": GC_FENCE_PROBE}}
     )
@@ -660,14 +662,8 @@ async def test_identity_deleting_the_application_collects_its_attachment(
     kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
     ns = tenant.namespace
-    await tenant.address_class("it-gc", "198.51.100.88/29")
-    release = await tenant.app("db")
-    await tenant.endpoint("postgres-db-rw", "db", selector={"app": "db"})
-    await tenant.attachment("db-public", "postgres-db-rw", class_name="it-gc")
-    ready = await attachment_attached(tenant, "db-public", operator)
-    service = await tenant.service_of(ready)
+    release, ready, service = await _attached_app(tenant, operator, "it-gc", "198.51.100.88/29")
     claim = await only_claim(tenant, ready)
-    assert service is not None
 
     # Real garbage collection: the owner reference to the HelmRelease takes the attachment along,
     # our finalizer takes its Service first, and the minted claim follows the attachment.
@@ -690,13 +686,7 @@ async def test_identity_a_recreated_attachment_adopts_nothing(
     renders a Service of its own, though the old claim (held here by a finalizer of the test's) is
     still there with the same diagnostic label."""
     ns = tenant.namespace
-    await tenant.address_class("it-again", "198.51.100.96/29")
-    endpoint = await tenant.app_with_endpoint()
-    await tenant.attachment("db-public", endpoint, class_name="it-again")
-    old = await attachment_attached(tenant, "db-public", operator)
-    old_claim = await only_claim(tenant, old)
-    old_service = await tenant.service_of(old)
-    assert old_service is not None
+    endpoint, old, old_claim, old_service = await _minted(tenant, operator, "it-again", "198.51.100.96/29")
     claim_path = CLAIMS.path(ns, old_claim["metadata"]["name"])
     finalizers = [*old_claim["metadata"].get("finalizers", []), HOLD_FINALIZER]
     await kube.patch(claim_path, {"metadata": {"finalizers": finalizers}}, "merge")
@@ -730,13 +720,7 @@ async def test_detach_and_reattach_with_the_same_address(
     kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
     ns = tenant.namespace
-    await tenant.address_class("it-detach", "198.51.100.104/29")
-    endpoint = await tenant.app_with_endpoint()
-    await tenant.attachment("db-public", endpoint, class_name="it-detach")
-    ready = await attachment_attached(tenant, "db-public", operator)
-    claim = await only_claim(tenant, ready)
-    service = await tenant.service_of(ready)
-    assert service is not None
+    endpoint, ready, claim, service = await _minted(tenant, operator, "it-detach", "198.51.100.104/29")
     held = ready["status"]["addresses"]
 
     await kube.delete(SERVICES.path(ns, endpoint))
@@ -747,14 +731,7 @@ async def test_detach_and_reattach_with_the_same_address(
         lambda o: phase(o) == DETACHED and provisioned_false("EndpointDetached")(o),
         operator,
     )
-    await wait_for_object(
-        kube,
-        SERVICES,
-        service["metadata"]["name"],
-        lambda s: s is None,
-        namespace=ns,
-        what="the Service withdrawn",
-    )
+    await withdrawn(kube, service)
     assert detached["status"]["claimName"] == claim["metadata"]["name"]
     assert not detached["status"].get("serviceName")
     kept = await kube.get(CLAIMS.path(ns, claim["metadata"]["name"]))

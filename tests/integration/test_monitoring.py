@@ -49,7 +49,6 @@ GRAFANA_VARIABLES = {
     "$__interval": "1m",
     "$__range": "1h",
     "$gpuclass": ".*",
-    "$ipaddressclass": ".*",
     "$condition": "Provisioned",
 }
 LABEL_VALUES = re.compile(r"^label_values\(\s*(\w+)\s*,\s*(\w+)\s*\)$")
@@ -333,7 +332,7 @@ async def test_alerts_and_dashboards_name_what_the_running_operators_export(
                 return None
             wanted = (
                 "cozystack_gpuclass_allocatable",
-                "cozystack_endpointattachment_not_ready_since_timestamp_seconds",
+                "cozystack_endpointattachment_not_provisioned_since_timestamp_seconds",
             )
             has_samples = all(both.get(name) for name in wanted)
             return both if has_samples else None

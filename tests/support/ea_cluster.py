@@ -36,15 +36,8 @@ from typing import Any, Final
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
 from shared.kube import NO_ANSWER, Kube, Obj
-from shared.lineage import (
-    APPLICATION_GROUP_LABEL,
-    APPLICATION_KIND_LABEL,
-    APPLICATION_NAME_LABEL,
-    LABEL_TRUE,
-    MANAGED_BY_COZYSTACK_LABEL,
-    TENANT_RESOURCE_LABEL,
-)
 from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
+from tests.ea_builders import for_create, lineage_labels, make_helmrelease
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import ROOT, apply_all, load
@@ -109,6 +102,11 @@ ANSWER_TIMEOUT: Final = 40.0
 CLEANUP_TIMEOUT: Final = 20.0
 # The namespace a silenced pool serves: none exists, so MetalLB answers no Service from that pool.
 NOBODY_NAMESPACE: Final = "example-no-such-namespace"
+POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
+POLICY_BINDINGS: Final = Resource(
+    "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
+)
+NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
 
 @dataclass(frozen=True)
@@ -340,38 +338,14 @@ async def reconciles(operator: RunningOperator) -> float:
 def lineage(kind: str, name: str, group: str = APP_GROUP, *, tenant_facing: bool = True) -> dict[str, str]:
     """The labels Cozystack's lineage webhook stamps on an application's object (the tenant-facing
     marker only on Services the application lists as endpoints)."""
-    labels = {
-        APPLICATION_GROUP_LABEL: group,
-        APPLICATION_KIND_LABEL: kind,
-        APPLICATION_NAME_LABEL: name,
-        MANAGED_BY_COZYSTACK_LABEL: LABEL_TRUE,
-    }
-    if tenant_facing:
-        labels[TENANT_RESOURCE_LABEL] = LABEL_TRUE
-    return labels
+    return lineage_labels(group, kind, name, tenant_facing=tenant_facing)
 
 
 def helmrelease_body(name: str, labels: Mapping[str, str]) -> Obj:
-    """A Flux HelmRelease (an application), as Cozystack creates it."""
-    return {
-        "apiVersion": HELMRELEASES.api_version,
-        "kind": "HelmRelease",
-        "metadata": {"name": name, "labels": dict(labels)},
-        # Flux's CRD requires a chart source; Cozystack's applications come from its own repository.
-        "spec": {
-            "chart": {
-                "spec": {
-                    "chart": "postgres",
-                    "sourceRef": {
-                        "kind": "HelmRepository",
-                        "name": "cozystack-apps",
-                        "namespace": "cozy-public",
-                    },
-                }
-            },
-            "interval": "5m",
-        },
-    }
+    """A Flux HelmRelease (an application), as Cozystack creates it, ready to create."""
+    body = for_create(make_helmrelease(name, labels=labels))
+    del body["metadata"]["namespace"]
+    return body
 
 
 DEFAULT_PORTS: Final = ({"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432},)
@@ -588,6 +562,39 @@ class Tenant:
         await self.kube.patch(
             POOLS.path(METALLB_NAMESPACE, class_name), {"spec": {"serviceAllocation": None}}, "merge"
         )
+
+    async def policy(self, name: str, rules: Sequence[Mapping[str, Any]], expression: str, said: str) -> None:
+        """A ValidatingAdmissionPolicy (as a hoster's webhook or policy would) bound to this namespace:
+        it refuses, with 403 and ``said``, the requests ``rules`` match whose ``expression`` is false
+        (removed at cleanup; a test waits for it in force with a probe of its own)."""
+        name = f"{name}-{self.namespace}"[:63]
+        group = "admissionregistration.k8s.io/v1"
+        validation = {"expression": expression, "message": said, "reason": "Forbidden"}
+        policy = {
+            "apiVersion": group,
+            "kind": "ValidatingAdmissionPolicy",
+            "metadata": {"name": name},
+            "spec": {
+                "failurePolicy": "Fail",
+                "matchConstraints": {"resourceRules": [dict(r) for r in rules]},
+                "validations": [validation],
+            },
+        }
+        binding = {
+            "apiVersion": group,
+            "kind": "ValidatingAdmissionPolicyBinding",
+            "metadata": {"name": name},
+            "spec": {
+                "policyName": name,
+                "validationActions": ["Deny"],
+                "matchResources": {
+                    "namespaceSelector": {"matchLabels": {NAMESPACE_NAME_LABEL: self.namespace}}
+                },
+            },
+        }
+        for resource, body in ((POLICIES, policy), (POLICY_BINDINGS, binding)):
+            await self.kube.create(resource.path(), body)
+            self.cluster_objects.append(resource.path(name=name))
 
     async def claim(self, name: str, class_name: str | None = None, family: str | None = None) -> Obj:
         """A reserved claim in the namespace."""

@@ -128,7 +128,11 @@ def test_generation_is_deterministic() -> None:
 
 
 @pytest.mark.parametrize("module", ["operators.gpuclass.settings", "operators.endpointattachment.settings"])
-def test_every_flag_is_documented(module: str, capsys: pytest.CaptureFixture[str]) -> None:
+def test_every_flag_is_documented(
+    module: str, capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Wide enough that argparse never wraps a flag at its hyphen ("--vm-" / "datapath").
+    monkeypatch.setenv("COLUMNS", "500")
     settings = importlib.import_module(module)
     with pytest.raises(SystemExit):
         settings.parse(["--help"])
