@@ -28,6 +28,7 @@ from operators.endpointattachment.api import (
     CLAIMS,
     CLASSES,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
+    FAMILY_IPV4,
     GROUP,
     SERVICE_PROXY_NAME_LABEL,
     spec_of,
@@ -41,6 +42,7 @@ from operators.endpointattachment.datapath import (
     survivors,
     uncached_rank,
 )
+from operators.endpointattachment.endpoint import resolve
 from operators.endpointattachment.reconcile import Observed
 from operators.endpointattachment.render import RenderSettings, publish_ports
 from shared.lineage import application_of
@@ -367,8 +369,10 @@ class World:
         """Every rival for pods of ``namespace``: each Service delegated to a proxy, with the pods its
         selector selects (ready or not) and its endpoints' pods, ranked by the attachment that
         rendered it (one not cached ranks after every cached one); then each VM-mode attachment not
-        being deleted and without a live Service that could render (``datapath.could_render``), with
-        the pods its endpoint selects (a loser must never render, not even once)."""
+        being deleted and without a live Service that could render (``datapath.could_render``, and
+        Resolved, its endpoint selecting pods and publishing a port, no family but IPv4 asked: one
+        that cannot takes no pod from one that can), with the pods its endpoint selects (a loser
+        must never render, not even once)."""
         result: list[ProxiedService] = []
         rendered: set[str] = set()
         pods = self.pods_in(namespace)
@@ -397,9 +401,16 @@ class World:
             endpoint = self.endpoint_of(attachment)
             endpoint_spec = (endpoint or {}).get("spec") or {}
             ports = publish_ports(endpoint_spec.get("ports") or [], spec) if endpoint is not None else None
-            if not could_render(spec.method, ports, proxy_name) or proxy_name is None:
-                continue  # never renders as it is: takes no pod from anyone
             selector = endpoint_spec.get("selector") or None
+            if (
+                not could_render(spec.method, ports, proxy_name)
+                or proxy_name is None
+                or not ports
+                or not selector
+                or spec.family not in ("", FAMILY_IPV4)
+                or not self._resolves(attachment, endpoint)
+            ):
+                continue  # never renders as it is: takes no pod from anyone
             result.append(
                 ProxiedService(
                     namespace=namespace,
@@ -412,6 +423,12 @@ class World:
                 )
             )
         return result
+
+    def _resolves(self, attachment: Obj, endpoint: Obj | None) -> bool:
+        """Whether the attachment is Resolved (``endpoint.resolve``): one that is not renders nothing,
+        so it never takes a pod from an attachment that is (a typo of an applicationRef, a leftover
+        of a recreated application)."""
+        return resolve(attachment, spec_of(attachment), self.helmrelease_of(attachment), endpoint).ok
 
     def _as_proxied(self, service: Mapping[str, Any], pods: list[Obj], rank: Any = None) -> ProxiedService:
         ns, name = key_of(service)

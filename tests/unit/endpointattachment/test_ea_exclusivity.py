@@ -296,3 +296,14 @@ def test_from_the_caches_a_chart_s_cozy_proxy_service_beats_every_attachment() -
         reason, message = condition(reconcile(observed))
         assert reason == REASON_BACKEND_ALREADY_DELEGATED
         assert "Service tenant-a/vm1-chart" in message
+
+
+def test_from_the_caches_an_older_attachment_that_cannot_resolve_takes_no_pod() -> None:
+    """A typo in an older attachment's applicationRef (it never renders) does not keep the VM dark."""
+    typo = make_attachment(
+        "a-typo", uid="uid-t", app_name="dbb", method="WholeIP", created="2023-01-01T00:00:00Z"
+    )
+    world = two_attachments(put("attachment", typo))
+    observed = world.observe((NS, "a-old"))
+    assert observed is not None
+    assert condition(reconcile(observed))[0] == REASON_WAITING_FOR_ADDRESS

@@ -13,6 +13,7 @@ from prometheus_client import CollectorRegistry
 from operators.endpointattachment import controller
 from operators.endpointattachment.api import ATTACHMENTS
 from operators.endpointattachment.metrics import (
+    ATTACHMENTS_METRIC,
     NOT_PROVISIONED_SINCE_METRIC,
     WorldCollector,
     not_provisioned_since,
@@ -153,6 +154,25 @@ def test_the_gauge_is_exported() -> None:
         registry.get_sample_value(NOT_PROVISIONED_SINCE_METRIC, {"reason": "AddressNotAnnounced"})
         == T0.timestamp()
     )
+
+
+def test_attachments_are_counted_by_condition_without_their_names() -> None:
+    world = World.empty()
+    for name, reason in (("a", "ClaimPending"), ("b", "ClaimPending"), ("c", "Provisioned")):
+        status = "True" if reason == "Provisioned" else "False"
+        world.attachments.upsert(
+            {
+                **attachment_with(provisioned(status, reason, CREATED)),
+                "metadata": {"name": name, "namespace": NAMESPACE},
+            }
+        )
+    registry = CollectorRegistry()
+    registry.register(WorldCollector(world))
+    count = registry.get_sample_value
+    assert (
+        count(ATTACHMENTS_METRIC, {"type": "Provisioned", "status": "False", "reason": "ClaimPending"}) == 2
+    )
+    assert count(ATTACHMENTS_METRIC, {"type": "Provisioned", "status": "True", "reason": "Provisioned"}) == 1
 
 
 # --- the glue: the API's refusals, applied ---------------------------------------------------------

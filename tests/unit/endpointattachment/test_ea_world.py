@@ -365,12 +365,65 @@ def rival(
 def test_proxied_services(steps: list[Step], expected: list[ProxiedService]) -> None:
     translating = make_service("vm-vm1", selector=VM_SELECTOR, ports=[{"port": 22, "targetPort": 2222}])
     endpoint = translating if any(s[2]["metadata"]["name"] == "vm-c" for s in steps) else VM_ENDPOINT
-    world = world_of(put("service", endpoint), put("pod", VM_POD), *steps, settings=COZY)
+    world = world_of(
+        put("service", endpoint),
+        put("helmrelease", make_helmrelease()),
+        put("pod", VM_POD),
+        *steps,
+        settings=COZY,
+    )
     assert world.proxied_services(NS) == expected
 
 
+@pytest.mark.parametrize(
+    ("attachment", "endpoint", "helmrelease"),
+    [
+        pytest.param(VA, VM_ENDPOINT, None, id="its application not found"),
+        pytest.param(
+            VA, VM_ENDPOINT, make_helmrelease(uid="hr-uid-2"), id="a leftover of a recreated application"
+        ),
+        pytest.param(
+            make_attachment("vm-g", uid="g", app_name="other", endpoint="vm-vm1", method="WholeIP"),
+            VM_ENDPOINT,
+            make_helmrelease(),
+            id="an applicationRef the endpoint does not belong to",
+        ),
+        pytest.param(
+            VA,
+            make_service("vm-vm1", selector={}, ports=[{"port": 22}]),
+            make_helmrelease(),
+            id="an endpoint that selects nothing",
+        ),
+        pytest.param(
+            VA,
+            make_service("vm-vm1", selector=VM_SELECTOR, ports=[]),
+            make_helmrelease(),
+            id="an endpoint with no port",
+        ),
+        pytest.param(
+            make_attachment("vm-h", uid="h", endpoint="vm-vm1", method="WholeIP", family="Dual"),
+            VM_ENDPOINT,
+            make_helmrelease(),
+            id="Dual: cozy-proxy programs IPv4 only",
+        ),
+    ],
+)
+def test_an_attachment_that_can_never_render_is_no_rival(
+    attachment: Obj, endpoint: Obj, helmrelease: Obj | None
+) -> None:
+    steps = [put("service", endpoint), put("pod", VM_POD), put("attachment", attachment)]
+    if helmrelease is not None:
+        steps.append(put("helmrelease", helmrelease))
+    assert world_of(*steps, settings=COZY).proxied_services(NS) == []
+
+
 def test_without_a_declared_datapath_no_attachment_is_a_rival() -> None:
-    world = world_of(put("service", VM_ENDPOINT), put("attachment", VA), put("service", CHART))
+    world = world_of(
+        put("service", VM_ENDPOINT),
+        put("helmrelease", make_helmrelease()),
+        put("attachment", VA),
+        put("service", CHART),
+    )
     assert [r.name for r in world.proxied_services(NS)] == ["vm1-chart"]
 
 
