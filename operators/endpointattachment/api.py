@@ -163,7 +163,9 @@ def spec_of(attachment: Mapping[str, Any]) -> AttachmentSpec:
     app, endpoint, lb = section("applicationRef"), section("endpoint"), section("loadBalancer")
     raw_ports = lb.get("ports")
     ports = tuple(
-        p for p in (raw_ports if isinstance(raw_ports, list) else []) if isinstance(p, int) and 0 < p < 65536
+        p
+        for p in (raw_ports if isinstance(raw_ports, list) else [])
+        if isinstance(p, int) and not isinstance(p, bool) and 0 < p < 65536
     )
     return AttachmentSpec(
         app_group=_text(app.get("group")) or DEFAULT_APPLICATION_GROUP,

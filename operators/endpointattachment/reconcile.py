@@ -38,8 +38,9 @@ Decides, on every pass:
   once that wait passes ``announce_timeout_seconds`` since the Service was written; in a VM mode
   also exactly one ready backend in the Service's **v1 Endpoints** (what cozy-proxy reads:
   ``NoReadyBackend``, ``MultipleBackends``), and the message names the pod. While ``Resolved`` is
-  not True: ``EndpointDetached`` when the endpoint is gone and the claim holds its addresses (the
-  Service is withdrawn, the claim kept: it reattaches with the same address), else ``Unresolved``
+  not True: ``EndpointDetached`` when the endpoint is gone after an address was held (the claim is
+  Bound and this attachment rendered a Service or reported the claim; the Service is withdrawn, the
+  claim kept: it reattaches with the same address), else ``Unresolved``
   (ours: Cozystack's list has no word for "nothing is provisioned before resolution").
 - ``status``: ``phase`` (Attached when both conditions are True, Detached on
   ``EndpointDetached``, else Pending), ``serviceName`` (only while a Service of ours lives),
@@ -345,10 +346,22 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         )
 
     if not resolution.ok:
-        if resolution.reason == REASON_ENDPOINT_NOT_FOUND and bound:
+        # An address was held: the claim is Bound and this attachment used it (rendered a Service,
+        # or reported the claim in a resolved pass). A reserved claim named by an attachment that
+        # never resolved was never its.
+        raw = attachment.get("status")
+        stored: Mapping[str, Any] = raw if isinstance(raw, Mapping) else {}
+        held = bound and (bool(observed.services) or stored.get("claimName") == base["claimName"])
+        if resolution.reason == REASON_ENDPOINT_NOT_FOUND and held:
             message = f"{resolution.message}: the Service is withdrawn, claim {base['claimName']} is kept"
             return dark(REASON_ENDPOINT_DETACHED, message, PHASE_DETACHED)
-        return dark(REASON_UNRESOLVED, f"nothing is claimed or rendered until resolved: {resolution.message}")
+        unresolved = dark(
+            REASON_UNRESOLVED, f"nothing is claimed or rendered until resolved: {resolution.message}"
+        )
+        if held:
+            return unresolved
+        kept = {"claimName": stored.get("claimName"), "addresses": stored.get("addresses")}
+        return replace(unresolved, status={**unresolved.status, **kept})
 
     # --- what is published -----------------------------------------------------------------------
     endpoint = observed.endpoint or {}

@@ -272,9 +272,10 @@ class World:
     # --- single objects --------------------------------------------------------------------------
 
     def helmrelease_of(self, attachment: Mapping[str, Any]) -> Obj | None:
-        """The application object: the one HelmRelease of the namespace with applicationRef's lineage."""
+        """The application object: the HelmRelease of the namespace with applicationRef's lineage (the
+        oldest, should two carry it, as Cozystack's controller picks: every pass picks the same)."""
         found = self.helmreleases.index(BY_APPLICATION, application_key(attachment))
-        return found[0] if len(found) == 1 else None
+        return _oldest_first(found)[0] if found else None
 
     def endpoint_of(self, attachment: Mapping[str, Any]) -> Obj | None:
         name = spec_of(attachment).endpoint

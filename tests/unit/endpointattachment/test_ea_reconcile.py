@@ -485,7 +485,26 @@ def test_a_referenced_claim_is_never_minted_nor_deleted(build: Any) -> None:
     )
     plan = reconcile(observed, context)
     assert (plan.mint, plan.delete_claims) == (None, ())
-    assert plan.status["claimName"] == "held-ip"
+    # Named in status once the attachment resolved (as Cozystack's controller does), never before.
+    resolved = plan.conditions[0].status == "True"
+    assert plan.status["claimName"] in (("held-ip",) if resolved else ("held-ip", None))
+
+
+def test_a_reserved_claim_of_an_attachment_that_never_resolved_is_not_detached() -> None:
+    """EndpointNotFound with a Bound reserved claim, on an attachment that never used it: Pending
+    and Unresolved, not Detached (nothing was ever attached)."""
+    observed = observe(attachment=make_attachment(claim_name="held-ip"), claim=make_claim("held-ip"))
+    plan = reconcile(dataclasses.replace(observed, endpoint=None))
+    assert plan.status["phase"] == "Pending"
+    assert plan.provisioned is not None
+    assert plan.provisioned.reason == "Unresolved"
+    used = dataclasses.replace(
+        observed,
+        attachment={**observed.attachment, "status": {"claimName": "held-ip"}},
+        endpoint=None,
+    )
+    detached = reconcile(used)
+    assert detached.status["phase"] == "Detached"
 
 
 def test_the_service_names_the_referenced_claim() -> None:

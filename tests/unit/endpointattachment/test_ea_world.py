@@ -224,7 +224,7 @@ def names(objects: list[Obj]) -> list[str]:
                 put("helmrelease", make_helmrelease("twin", uid="hr-2")),
             ],
             lambda w: w.helmrelease_of(A),
-            None,
+            make_helmrelease(),  # two carry the lineage: the oldest (then by name), as Cozystack picks
         ),
         ([put("helmrelease", make_helmrelease(namespace=OTHER_NS))], lambda w: w.helmrelease_of(A), None),
         ([put("service", make_service())], lambda w: w.endpoint_of(A), make_service()),
