@@ -6,11 +6,11 @@ Decides:
   when the attachment gives them (neither: the substrate's default class and family), our
   diagnostic label, and a controller owner reference to the attachment, so garbage collection
   removes it with the attachment (its address then follows the class's reclaim policy).
-- which ports the Service publishes (``publish_ports``): with ``ports``, those numbers (the
-  endpoint's port of that number mirrored when it has one, else plain TCP ``port == targetPort``:
-  a vm-instance endpoint has only its sentinel); without, every port of the endpoint but the
-  vm-instance sentinel (65535), which is published alone only in WholeIP (cozy-proxy forwards every
-  port whatever the Service lists, and a LoadBalancer Service needs one).
+- which ports the Service publishes (``publish_ports``), as Cozystack's controller does: on a
+  vm-instance endpoint whose one port is the sentinel (65535), the ``ports`` as plain TCP ``port ==
+  targetPort`` (sorted), or with none the sentinel itself in WholeIP only (cozy-proxy forwards every
+  port whatever the Service lists, and a LoadBalancer Service needs one); on any other endpoint, its
+  ports that ``ports`` names (all of them without ``ports``), mirrored. None left: nothing to publish.
 - the Service: ``generateName`` from the attachment's name made a DNS-1035 label (at most 57
   characters, so the API's 5-character suffix fits), ``type: LoadBalancer``, the claim annotation
   (the substrate's driver then pins the claim's addresses with the load balancer's own annotation),
@@ -145,28 +145,24 @@ def mirrored_port(port: Mapping[str, Any]) -> dict[str, Any]:
     return item
 
 
+def sentinel_only(endpoint_ports: Sequence[Mapping[str, Any]]) -> bool:
+    """A vm-instance endpoint before the chart exposes the VM: its one port is the sentinel."""
+    numbers = [p.get("port") for p in endpoint_ports]
+    return bool(numbers) and all(n == SENTINEL_PORT for n in numbers)
+
+
 def publish_ports(endpoint_ports: Sequence[Mapping[str, Any]], spec: AttachmentSpec) -> list[dict[str, Any]]:
     """The ports the Service publishes (empty: nothing to publish). See the module docstring."""
     if spec.ports:
-        by_number = {p.get("port"): p for p in endpoint_ports if p.get("port") != SENTINEL_PORT}
-        published = []
-        for number in spec.ports:
-            found = by_number.get(number)
-            published.append(
-                mirrored_port(found)
-                if found is not None
-                else {
-                    "name": f"port-{number}",
-                    "protocol": PROTOCOL_TCP,
-                    "port": number,
-                    "targetPort": number,
-                }
-            )
-        return published
-    mirrored = [mirrored_port(p) for p in endpoint_ports if p.get("port") not in (None, SENTINEL_PORT)]
-    if not mirrored and spec.method == METHOD_WHOLE_IP:
-        mirrored = [mirrored_port(p) for p in endpoint_ports if p.get("port") == SENTINEL_PORT]
-    return mirrored
+        wanted = sorted(spec.ports)
+        if sentinel_only(endpoint_ports):
+            return [
+                {"name": f"port-{n}", "protocol": PROTOCOL_TCP, "port": n, "targetPort": n} for n in wanted
+            ]
+        return [mirrored_port(p) for p in endpoint_ports if p.get("port") in wanted]
+    if sentinel_only(endpoint_ports):
+        return [mirrored_port(p) for p in endpoint_ports] if spec.method == METHOD_WHOLE_IP else []
+    return [mirrored_port(p) for p in endpoint_ports if p.get("port") is not None]
 
 
 def method_annotations(spec: AttachmentSpec) -> dict[str, str]:

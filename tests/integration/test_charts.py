@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from operators.endpointattachment.api import ATTACHMENTS
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
 from shared.resources import CRDS, DEPLOYMENTS, LEASES, NAMESPACES, SERVICE_ACCOUNTS, Resource
@@ -53,7 +54,6 @@ TOOL_TIMEOUT = 180.0
 # `helm template` renders for this Kubernetes version (without a cluster it assumes 1.20, below the
 # charts' floor): the floor itself, so nothing newer is relied on.
 KUBE_VERSION = "1.30.0"
-IPADDRESSCLASSES = Resource("local.sdn.cozystack.io/v1alpha1", "ipaddressclasses", namespaced=False)
 # The Pod name the Downward API would give the installed Deployment's replica.
 EXAMPLE_POD_SUFFIX = "5c7d9f8b6-chart"
 ENV_REFERENCE = re.compile(r"\$\(([A-Za-z_][A-Za-z0-9_]*)\)")
@@ -470,16 +470,18 @@ async def test_server_side_dry_run_accepts_everything_rendered(
 # --- helm install, and the operator under the chart's ServiceAccount --------------------------------
 
 
-def sample(operator: str) -> tuple[Resource, Obj]:
-    """A sample object the operator reconciles (from config/samples, renamed for this test)."""
+def sample(operator: str, namespace: str) -> tuple[Resource, Obj, str | None]:
+    """A sample object the operator reconciles (from config/samples, renamed for this test), and the
+    namespace it goes in (None: cluster-scoped). The attachment names no application here: the
+    operator answers it with a status (Resolved False) all the same."""
     if operator == "gpuclass":
         [obj] = load("config/samples/gpu_v1alpha1_gpuclass.yaml")
-        resource = GPUCLASSES
+        resource, where = GPUCLASSES, None
     else:
-        [obj] = load("config/samples/local.sdn_v1alpha1_ipaddressclass.yaml")
-        resource = IPADDRESSCLASSES
+        [obj] = load("config/samples/local.sdn_v1alpha1_endpointattachment_standard.yaml")
+        resource, where = ATTACHMENTS, namespace
     obj["metadata"]["name"] = f"chart-{obj['metadata']['name']}"
-    return resource, obj
+    return resource, obj, where
 
 
 def reconciled(obj: Obj | None) -> bool:
@@ -531,7 +533,7 @@ async def test_helm_install_and_the_operator_runs_under_the_charts_service_accou
         f"monitoring.dashboards.namespace={namespace}",
     )
     assert code == 0, f"helm install charts/{operator} failed:\n{out}\n{err}"
-    resource, obj = sample(operator)
+    resource, obj, where = sample(operator, namespace)
     try:
         code, out, err = await helm(
             "status", release, "--kubeconfig", cluster.kubeconfig, "-n", namespace, "-o", "json"
@@ -551,10 +553,10 @@ async def test_helm_install_and_the_operator_runs_under_the_charts_service_accou
         env = container_environment(spec, pod_name, namespace)
         module, *args = spec["args"]
         async with operator_process(module, kubeconfig, args, tmp_path / "operator.log", env) as running:
-            await kube.create(resource.path(), obj)
+            await kube.create(resource.path(where), obj)
 
             async def status_written() -> bool:
-                return reconciled(await kube.get(resource.path(name=obj["metadata"]["name"])))
+                return reconciled(await kube.get(resource.path(where, obj["metadata"]["name"])))
 
             await eventually(
                 status_written, timeout=120, what=f"{operator} reconciles {obj['metadata']['name']}"
@@ -563,8 +565,15 @@ async def test_helm_install_and_the_operator_runs_under_the_charts_service_accou
             assert lease is not None, "no Lease in the release namespace"
             assert lease["spec"]["holderIdentity"].startswith(pod_name), lease["spec"]
             assert_healthy(running)
+            # Deleted while the operator runs: an attachment's finalizer is the operator's to remove.
+            await kube.delete(resource.path(where, obj["metadata"]["name"]))
+
+            async def gone() -> bool | None:
+                return True if await kube.get(resource.path(where, obj["metadata"]["name"])) is None else None
+
+            await eventually(gone, timeout=60, what=f"{obj['metadata']['name']} deleted")
     finally:
-        await kube.delete(resource.path(name=obj["metadata"]["name"]))
+        await kube.delete(resource.path(where, obj["metadata"]["name"]))
         code, out, err = await helm(
             "uninstall", release, "--kubeconfig", cluster.kubeconfig, "-n", namespace, "--wait"
         )

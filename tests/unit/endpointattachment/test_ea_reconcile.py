@@ -661,12 +661,22 @@ TWO_PORTS = [
 ]
 
 
+def test_a_port_the_endpoint_lacks_is_nothing_to_publish() -> None:
+    """On an endpoint with ports of its own, ``ports`` selects among them (Cozystack's rule); only a
+    vm-instance's sentinel-only endpoint publishes ports it does not list."""
+    plan = reconcile(
+        observe(attachment=make_attachment(ports=[8080]), endpoint=make_service(ports=TWO_PORTS))
+    )
+    assert plan.service is None
+    assert plan.provisioned is not None
+    assert plan.provisioned.reason == "NothingToPublish"
+
+
 @pytest.mark.parametrize(
     ("ports", "published"),
     [
         pytest.param(None, [5432, 9187], id="every port"),
         pytest.param([9187], [9187], id="a subset"),
-        pytest.param([8080], [8080], id="a port the endpoint lacks"),
     ],
 )
 def test_the_ports_subset(ports: list[int] | None, published: list[int]) -> None:

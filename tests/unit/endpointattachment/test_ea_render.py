@@ -160,7 +160,9 @@ def test_the_service_and_the_claim_are_named_after_the_attachment() -> None:
     ("endpoint_ports", "ports", "method", "published"),
     [
         pytest.param([POSTGRES], None, None, [POSTGRES], id="mirrored"),
-        pytest.param([POSTGRES, SENTINEL], None, None, [POSTGRES], id="the sentinel is never mirrored"),
+        pytest.param(
+            [POSTGRES, SENTINEL], None, None, [POSTGRES, SENTINEL], id="beside real ports, mirrored like them"
+        ),
         pytest.param([SENTINEL], None, None, [], id="the sentinel alone: nothing"),
         pytest.param([SENTINEL], None, "WholeIP", [SENTINEL], id="the sentinel alone in WholeIP"),
         pytest.param([SENTINEL], None, "PortList", [], id="the sentinel alone in PortList"),
