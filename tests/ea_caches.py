@@ -2,22 +2,29 @@
 
 Decides: one store per cached kind, with exactly the named indexes ``controller.build`` declares
 (``world.INDEXERS``), filled by upserts and deletes in the order given; the substrate's kinds served
-unless a test says otherwise (``unserved``), and a CRD builder for the substrate's CRDs.
+unless a test says otherwise (``unserved``); a CRD builder for the substrate's CRDs; and a writer
+that answers as the API server would, into those stores (``RecordingWriter``).
 
 Does not: run informers or handlers (the tests call the wiring's handlers themselves)."""
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-from typing import Final
+import copy
+from collections.abc import Iterable, Mapping
+from typing import Any, Final
+
+import jsonpatch
 
 from operators.endpointattachment.api import ADDRESSES, ATTACHMENTS, CLAIMS, CLASSES
 from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import World, empty_stores
+from shared.kube import ApiError
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES, Resource
 from shared.runtime.cache import Obj, key_of
 from shared.runtime.controller import StaticCaches
 from shared.runtime.served import CRDS, crd_name
+from tests.ea_builders import CREATED
+from tests.support.mergepatch import merge_patch
 
 # The short names tables use for each cached kind.
 KINDS: Final[dict[str, Resource]] = {
@@ -71,3 +78,85 @@ def world_of(
     *steps: Step, settings: RenderSettings | None = None, unserved: Iterable[Resource] = ()
 ) -> World:
     return World(caches_of(*steps, unserved=unserved), settings)
+
+
+class RecordingWriter:
+    """The ``Writer`` surface the attachment reconciler uses, answering as the API server would: each
+    write is recorded as (verb, plural, name) and its answer goes into the caches at once
+    (write-through, as the runtime's writer does); a create names a ``generateName`` object with the
+    suffix ``x7ktq`` (then ``x7ktr``...). ``refuse`` makes every Service create and patch fail with
+    that error."""
+
+    def __init__(self, caches: StaticCaches, refuse: ApiError | None = None) -> None:
+        self.caches, self.refuse = caches, refuse
+        self.calls: list[tuple[str, str, str]] = []
+        self._generated = 0
+
+    def _answer(self, resource: Resource, obj: Mapping[str, Any]) -> Obj:
+        answer = copy.deepcopy(dict(obj))
+        metadata = answer.setdefault("metadata", {})
+        metadata.setdefault("uid", f"uid-{metadata.get('name')}")
+        metadata.setdefault("creationTimestamp", CREATED)
+        metadata["resourceVersion"] = str(int(metadata.get("resourceVersion") or 1) + 1)
+        self.caches.store(resource).upsert(answer)
+        return answer
+
+    def _refused(self, resource: Resource) -> None:
+        if resource == SERVICES and self.refuse is not None:
+            raise self.refuse
+
+    async def create(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
+        named = copy.deepcopy(dict(body))
+        metadata = named["metadata"]
+        if "name" not in metadata:
+            metadata["name"] = f"{metadata.pop('generateName')}x7kt{'qrstuvwxyz'[self._generated % 10]}"
+            self._generated += 1
+        self.calls.append(("create", resource.plural, metadata["name"]))
+        self._refused(resource)
+        return self._answer(resource, named)
+
+    async def patch(self, resource: Resource, obj: Mapping[str, Any], patch: Any, kind: str = "merge") -> Obj:
+        self.calls.append(("patch", resource.plural, obj["metadata"]["name"]))
+        self._refused(resource)
+        current = self.caches.store(resource).get(key_of(obj)) or obj
+        return self._answer(resource, merge_patch(current, patch))
+
+    async def delete(self, resource: Resource, obj: Mapping[str, Any], *, forget: bool = False) -> bool:
+        self.calls.append(("delete", resource.plural, obj["metadata"]["name"]))
+        self.caches.store(resource).delete(key_of(obj))
+        return True
+
+    async def patch_status(self, resource: Resource, obj: Mapping[str, Any], ops: list[Any]) -> Obj | None:
+        if not ops:
+            return None
+        self.calls.append(("status", resource.plural, obj["metadata"]["name"]))
+        return self._answer(resource, jsonpatch.apply_patch(copy.deepcopy(dict(obj)), ops))
+
+    async def ensure_metadata(
+        self,
+        resource: Resource,
+        obj: Obj,
+        *,
+        finalizer: str | None = None,
+        owner_reference: Mapping[str, Any] | None = None,
+        labels: Mapping[str, str] | None = None,
+    ) -> Obj:
+        metadata = dict(obj["metadata"])
+        finalizers = list(metadata.get("finalizers") or [])
+        changed = False
+        if finalizer is not None and finalizer not in finalizers:
+            metadata["finalizers"], changed = [*finalizers, finalizer], True
+        if owner_reference is not None:
+            metadata["ownerReferences"] = [*metadata.get("ownerReferences", []), dict(owner_reference)]
+            changed = True
+        if labels:
+            metadata["labels"], changed = {**metadata.get("labels", {}), **labels}, True
+        if not changed:
+            return obj
+        self.calls.append(("metadata", resource.plural, metadata["name"]))
+        return self._answer(resource, {**obj, "metadata": metadata})
+
+    async def remove_finalizer(self, resource: Resource, obj: Obj, finalizer: str) -> Obj | None:
+        self.calls.append(("unfinalize", resource.plural, obj["metadata"]["name"]))
+        self.caches.store(resource).delete(key_of(obj))  # being deleted, its last finalizer gone
+        return None

@@ -21,7 +21,7 @@ Decides: the glue, and only the glue.
   it only waits for the substrate's or the load balancer's answer: the answer usually comes first
   and the pass it wakes writes the status once, Provisioned. A pass never decides while a substrate
   CRD is established but its informer has not listed yet (it looks again in ``CATCH_UP_SECONDS``).
-* the API's refusal of the Service (400, 403, 422) is remembered per attachment
+* the API's refusal of the Service or of a minted claim (400, 403, 422) is remembered per attachment
   (``reconcile.ServiceRefusal``) and handed to the next decision, which reports it and does not send
   the same request again; no traceback, no backoff loop. What is remembered is lost on a restart:
   the first pass then sends the request once more.
@@ -373,7 +373,12 @@ class AttachmentReconciler:
             log.info("%s/%s: deleting Service %s, a second render", *key, key_of(surplus)[1])
             await self._delete_service(surplus)
         if plan.mint is not None:
-            await self.writer.create(CLAIMS, plan.mint)
+            try:
+                await self.writer.create(CLAIMS, plan.mint)
+            except ApiError as error:
+                self._refused(key, ServiceAction.MINT, plan.mint, error)
+                return 0.0  # refused (a quota on claims, a policy): the next round reports it
+            self._refusals.pop(key, None)
             self._holding[key] = self.clock() + STATUS_HOLD_SECONDS
             return 0.0
         now = self.clock()

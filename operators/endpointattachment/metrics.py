@@ -24,7 +24,7 @@ from typing import Any, Final
 from prometheus_client.core import GaugeMetricFamily
 from prometheus_client.registry import Collector
 
-from operators.endpointattachment.reasons import PROVISIONED
+from operators.endpointattachment.reasons import CONDITION_PROVISIONED
 from operators.endpointattachment.world import World
 from shared.conditions import FALSE
 
@@ -40,7 +40,7 @@ def not_provisioned_since(attachments: Iterable[Mapping[str, Any]]) -> dict[str,
     earliest: dict[str, float] = {}
     for attachment in attachments:
         for condition in (attachment.get("status") or {}).get("conditions") or []:
-            if not isinstance(condition, Mapping) or condition.get("type") != PROVISIONED:
+            if not isinstance(condition, Mapping) or condition.get("type") != CONDITION_PROVISIONED:
                 continue
             if condition.get("status") != FALSE:
                 continue

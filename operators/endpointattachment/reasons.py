@@ -10,8 +10,11 @@ from __future__ import annotations
 from typing import Final
 
 # The two conditions; status.phase is a projection of them.
-RESOLVED: Final = "Resolved"
-PROVISIONED: Final = "Provisioned"
+CONDITION_RESOLVED: Final = "Resolved"
+CONDITION_PROVISIONED: Final = "Provisioned"
+# Short names of the two (the tests' spelling).
+RESOLVED: Final = CONDITION_RESOLVED
+PROVISIONED: Final = CONDITION_PROVISIONED
 
 # --- Resolved --------------------------------------------------------------------------------------
 # The application and the endpoint are found and belong together.

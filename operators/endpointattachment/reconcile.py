@@ -24,9 +24,13 @@ Decides, on every pass:
   (``DatapathContractUnavailable``), PortList ports without translation (``RenderFailed``), one
   ready backend by the endpoint's EndpointSlices (``MultipleBackends``), exclusivity per selected
   pod (``BackendAlreadyDelegated`` naming the winner).
-- the rendered Service (only with the claim ``Bound``): created when there is none of ours,
-  patched on our fields, left alone with ``RenderFailed`` when an immutable field no longer matches
-  the class or the claim ("recreate the attachment": recreating it here would drop the address);
+- the rendered Service (only with the claim ``Bound`` and its class observed: the claim's binding and
+  the class arrive on separate watches, and a Service created before its class was read would keep
+  the wrong ``loadBalancerClass`` for good, so a Bound claim whose class is not seen is
+  ``ClaimPending`` until it is; a class gone after rendering leaves the live Service as it is):
+  created when there is none of ours, patched on our fields, left alone with ``RenderFailed`` when
+  an immutable field no longer matches the class or the claim ("recreate the attachment":
+  recreating it here would drop the address);
   withdrawn (deleted) when it may not be rendered. Ours means a controller owner reference to this
   attachment's UID; a labelled Service without one is never looked at.
 - ``Provisioned``: the first failure above, else ``WaitingForAddress`` until the Service's
@@ -41,11 +45,11 @@ Decides, on every pass:
   ``EndpointDetached``, else Pending), ``serviceName`` (only while a Service of ours lives),
   ``claimName`` (the referenced claim, or the minted one once it exists), ``addresses`` (the
   claim's, IPv4 first, while it is Bound), ``observedGeneration``, conditions.
-- what the API and time tell (``PassContext``): a Service write the API refused (400, 403, 422:
-  validation, a webhook or policy, a quota, a terminating namespace) is ``RenderFailed`` with the
-  API's message, and the very same request is not sent again (anything it is rendered from changing
-  makes another body); a quota refusal is tried again after ``quota_retry_seconds`` (a quota frees
-  without an event we watch).
+- what the API and time tell (``PassContext``): a Service write or a claim create the API refused
+  (400, 403, 422: validation, a webhook or policy, a quota, a terminating namespace) is
+  ``RenderFailed`` with the API's message, and the very same request is not sent again (anything
+  it is rendered from changing makes another body); a quota refusal is tried again after
+  ``quota_retry_seconds`` (a quota frees without an event we watch).
 - deletion: a finalize plan that deletes our Services and waits until they are gone (cozy-proxy's
   survivors are re-programmed by the glue); the minted claim is left to garbage collection.
 
@@ -86,7 +90,8 @@ from operators.endpointattachment.datapath import (
 )
 from operators.endpointattachment.endpoint import Resolution, application_ref, resolve
 from operators.endpointattachment.reasons import (
-    PROVISIONED,
+    CONDITION_PROVISIONED,
+    CONDITION_RESOLVED,
     REASON_ADDRESS_NOT_ANNOUNCED,
     REASON_CLAIM_IN_USE,
     REASON_CLAIM_NOT_FOUND,
@@ -101,7 +106,6 @@ from operators.endpointattachment.reasons import (
     REASON_RENDER_FAILED,
     REASON_UNRESOLVED,
     REASON_WAITING_FOR_ADDRESS,
-    RESOLVED,
 )
 from operators.endpointattachment.render import (
     RenderSettings,
@@ -166,6 +170,7 @@ class ServiceAction(StrEnum):
     """What the glue does to the rendered Service this pass."""
 
     NONE = "None"
+    MINT = "Mint"  # create the claim (``Plan.mint``): refused like a Service write, remembered alike
     CREATE = "Create"
     PATCH = "Patch"  # JSON merge patch ``Plan.service_patch``
     DELETE = "Delete"
@@ -234,7 +239,7 @@ class Plan:
 
     @property
     def provisioned(self) -> Condition | None:
-        return next((c for c in self.conditions if c.type == PROVISIONED), None)
+        return next((c for c in self.conditions if c.type == CONDITION_PROVISIONED), None)
 
     @property
     def waits_for_answer(self) -> bool:
@@ -303,7 +308,9 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         return finalize(observed)
     spec = spec_of(attachment)
     resolution = resolve(attachment, spec, observed.helmrelease, observed.endpoint)
-    resolved = Condition(RESOLVED, TRUE if resolution.ok else FALSE, resolution.reason, resolution.message)
+    resolved = Condition(
+        CONDITION_RESOLVED, TRUE if resolution.ok else FALSE, resolution.reason, resolution.message
+    )
     owner, labels = _stamps(observed, spec, resolution)
     existing = next((s for s in observed.services if not _deleting(s)), None)
     surplus = tuple(s for s in observed.services if s is not existing and not _deleting(s))
@@ -327,7 +334,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         reason: str, message: str, phase: str = PHASE_PENDING, mint: Mapping[str, Any] | None = None
     ) -> Plan:
         """Nothing rendered: our Service (if any) is withdrawn."""
-        provisioned = Condition(PROVISIONED, FALSE, reason, message)
+        provisioned = Condition(CONDITION_PROVISIONED, FALSE, reason, message)
         return replace(
             common,
             conditions=(resolved, provisioned),
@@ -396,8 +403,13 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
                 f"claim {spec.claim_name} is {claim_family(claim)}, the attachment asks for {spec.family}",
             )
     elif claim is None:
+        mint = render_claim(attachment, spec)
+        refused, retry = _still_refused(context, ServiceAction.MINT, mint, None)
+        if refused is not None:
+            failed = dark(REASON_RENDER_FAILED, f"the API refused to create the claim: {refused.message}")
+            return replace(failed, recheck_after=retry)
         what = f"class {spec.class_name}" if spec.class_name else "the default class"
-        return dark(REASON_CLAIM_PENDING, f"minting a claim from {what}", mint=render_claim(attachment, spec))
+        return dark(REASON_CLAIM_PENDING, f"minting a claim from {what}", mint=mint)
     claim_name = str(_meta(claim).get("name"))
     if not bound:
         return dark(REASON_CLAIM_PENDING, _pending_message(claim_name, claim))
@@ -412,7 +424,13 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     family = claim_family(claim)
 
     # --- the Service -----------------------------------------------------------------------------
-    load_balancer_class = str(((observed.claim_class or {}).get("spec") or {}).get("loadBalancerClass") or "")
+    if observed.claim_class is None:
+        if existing is None:
+            return dark(REASON_CLAIM_PENDING, _classless_message(claim_name, claim))
+        # The class went after rendering: the live Service keeps the loadBalancerClass it has.
+        load_balancer_class = str((existing.get("spec") or {}).get("loadBalancerClass") or "")
+    else:
+        load_balancer_class = str((observed.claim_class.get("spec") or {}).get("loadBalancerClass") or "")
     desired = render_service(
         attachment,
         spec,
@@ -428,7 +446,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         mismatch = immutable_mismatch(existing, desired)
         if mismatch is not None:
             provisioned = Condition(
-                PROVISIONED,
+                CONDITION_PROVISIONED,
                 FALSE,
                 REASON_RENDER_FAILED,
                 f"Service {_meta(existing).get('name')}: {mismatch}; recreate the attachment to render "
@@ -445,7 +463,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     if refused is not None:
         verb = "create" if refused.action is ServiceAction.CREATE else "change"
         provisioned = Condition(
-            PROVISIONED,
+            CONDITION_PROVISIONED,
             FALSE,
             REASON_RENDER_FAILED,
             f"the API refused to {verb} the Service: {refused.message}",
@@ -506,6 +524,15 @@ def _pending_message(name: str, claim: Mapping[str, Any]) -> str:
     return f"claim {name} is {phase}{said}"
 
 
+def _classless_message(name: str, claim: Mapping[str, Any]) -> str:
+    status, spec = claim.get("status") or {}, claim.get("spec") or {}
+    class_name = status.get("className") or spec.get("className") or "(none named)"
+    return (
+        f"claim {name} is Bound, but its IPAddressClass {class_name} is not found: the Service's "
+        "loadBalancerClass, which cannot change once it exists, is read from the class first"
+    )
+
+
 def _in_use_by(observed: Observed, existing: Mapping[str, Any] | None) -> str | None:
     """The other live Service the claim serves (see the module docstring), None when none."""
     namespace = str(_meta(observed.attachment).get("namespace"))
@@ -533,7 +560,7 @@ def _still_refused(
     refusal = context.refusal if context is not None else None
     if context is None or refusal is None or refusal.action is not action:
         return None, None
-    body = desired if action is ServiceAction.CREATE else patch
+    body = patch if action is ServiceAction.PATCH else desired
     if body is None or dict(body) != dict(refusal.body):
         return None, None  # something it is rendered from changed: a new request deserves an answer
     if not refusal.quota:
@@ -555,7 +582,9 @@ def _provisioned(
     listed = ", ".join(addresses)
     if existing is None or action is ServiceAction.CREATE:
         return (
-            Condition(PROVISIONED, FALSE, REASON_WAITING_FOR_ADDRESS, "the Service is being written"),
+            Condition(
+                CONDITION_PROVISIONED, FALSE, REASON_WAITING_FOR_ADDRESS, "the Service is being written"
+            ),
             None,
             None,
         )
@@ -563,7 +592,7 @@ def _provisioned(
     missing = [a for a in addresses if a not in ingress_addresses(existing)]
     if missing:
         waiting = Condition(
-            PROVISIONED,
+            CONDITION_PROVISIONED,
             FALSE,
             REASON_WAITING_FOR_ADDRESS,
             f"waiting for the load balancer to put {', '.join(missing)} in Service {name}'s ingress",
@@ -573,7 +602,9 @@ def _provisioned(
         return _unannounced(waiting, existing, missing, context)
     if not spec.vm_mode:
         return (
-            Condition(PROVISIONED, TRUE, REASON_PROVISIONED, f"{listed} announced for Service {name}"),
+            Condition(
+                CONDITION_PROVISIONED, TRUE, REASON_PROVISIONED, f"{listed} announced for Service {name}"
+            ),
             None,
             None,
         )
@@ -583,20 +614,20 @@ def _provisioned(
             f"{listed} is announced, but Service {name}'s Endpoints name no ready backend pod: "
             "cozy-proxy has nothing to send its traffic to yet"
         )
-        return Condition(PROVISIONED, FALSE, REASON_NO_READY_BACKEND, message), None, None
+        return Condition(CONDITION_PROVISIONED, FALSE, REASON_NO_READY_BACKEND, message), None, None
     if len(backends) > 1:
         names = ", ".join(label for _, label in backends)
         message = (
             f"Service {name}'s Endpoints name {len(backends)} ready backends ({names}); "
             f"{spec.method} serves one"
         )
-        return Condition(PROVISIONED, FALSE, REASON_MULTIPLE_BACKENDS, message), None, None
+        return Condition(CONDITION_PROVISIONED, FALSE, REASON_MULTIPLE_BACKENDS, message), None, None
     key, label = backends[0]
     token = programmed_token(listed, key)
     annotations = _meta(existing).get("annotations") or {}
     programmed = token if annotations.get(PROGRAMMED_ANNOTATION) != token else None
     message = f"{listed} announced for Service {name}; {spec.method} traffic goes to {label}"
-    return Condition(PROVISIONED, TRUE, REASON_PROVISIONED, message), programmed, None
+    return Condition(CONDITION_PROVISIONED, TRUE, REASON_PROVISIONED, message), programmed, None
 
 
 def _unannounced(
@@ -621,7 +652,7 @@ def _unannounced(
         f"Service {metadata.get('name')} being written at {rfc3339(since)}, from {served_by}: does it "
         "serve that class, and does the class's driver configure it?"
     )
-    return Condition(PROVISIONED, FALSE, REASON_ADDRESS_NOT_ANNOUNCED, message), None, None
+    return Condition(CONDITION_PROVISIONED, FALSE, REASON_ADDRESS_NOT_ANNOUNCED, message), None, None
 
 
 def _written_at(created: object, written_at: datetime | None) -> datetime | None:

@@ -455,6 +455,9 @@ class World:
         claim, surplus = self.claim_for(attachment)
         services = self.services_of(attachment)
         vm = spec.vm_mode
+        # The Service a pass judges is the oldest one not being deleted (``reconcile``'s): its v1
+        # Endpoints, not those of a withdrawn predecessor that lingers with a finalizer.
+        live = next((s for s in services if not _metadata(s).get("deletionTimestamp")), None)
         return Observed(
             attachment=attachment,
             settings=self.settings,
@@ -468,7 +471,7 @@ class World:
             services=services,
             claim_users=self.claim_users(claim, attachment),
             endpoint_slices=self.slices_of(namespace, spec.endpoint) if vm else (),
-            rendered_endpoints=self.endpoints.get(key_of(services[0])) if vm and services else None,
+            rendered_endpoints=self.endpoints.get(key_of(live)) if vm and live is not None else None,
             rivals=self.proxied_services(namespace) if vm else (),
             pods=self.pods_in(namespace) if vm else (),
         )

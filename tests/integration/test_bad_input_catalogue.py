@@ -93,7 +93,7 @@ CRD_FILES = (
 )
 # The groups whose EndpointAttachment operator runs with the platform's cozy-proxy contract declared
 # (the operator's flag for it; every other group runs without, the default).
-DATAPATH_ARGS: dict[str, tuple[str, ...]] = {"datapath": ("--cozy-proxy-contract-implemented",)}
+DATAPATH_ARGS: dict[str, tuple[str, ...]] = {"datapath": ("--vm-datapath=cozy-proxy",)}
 # A run of this many identical characters in a message is an echo of a huge value.
 ECHO = "a" * 200
 
@@ -231,6 +231,27 @@ async def test_refused_at_admission(kube: Kube, admission_namespace: str, row: R
 
 
 # --- Operator rows ---------------------------------------------------------------------------------
+
+OPERATED_CREATES = [
+    pytest.param(step.obj, id=f"{row.id}:{step.obj['kind']}/{step.obj['metadata']['name'][:40]}")
+    for row in ROWS
+    if isinstance(row, Operated)
+    for step in row.steps
+    if step.op == "create"
+]
+
+
+@pytest.mark.parametrize("obj", OPERATED_CREATES)
+async def test_what_operator_rows_create_passes_admission(
+    kube: Kube, admission_namespace: str, obj: Obj
+) -> None:
+    """An operator row is about what the schema cannot refuse: everything it creates is accepted
+    (a server-side dry run, no operator needed)."""
+    body = resolve(
+        obj, {TENANT: admission_namespace, OTHER: admission_namespace, SENTINEL_SERVICE: "cat-sentinel-x7ktq"}
+    )
+    await kube.request("POST", path_of(body, collection=True), body=body, params={"dryRun": "All"})
+
 
 OPERATED = [r for r in ROWS if isinstance(r, Operated)]
 GROUPS = list(dict.fromkeys(r.group for r in OPERATED))

@@ -740,6 +740,6 @@ async def test_samples_pass_crd_validation(
     )
     assert code == 0, f"the samples fail validation:\n{out}\n{err}"
     kinds = {line.split("/", 1)[0] for line in out.splitlines() if line}
-    # The reserved IPAddressClaim the attachments use is the substrate's kind (its CRDs served here).
+    # The IPAddressClaim sample is the substrate's kind (its CRD served here); the class is a hoster's.
     for kind in ("gpuclass", "ipaddressclaim", "endpointattachment"):
         assert any(k.startswith(f"{kind}.") for k in kinds), f"no {kind} sample applied: {out}"

@@ -42,6 +42,7 @@ from tests.support.ea_cluster import (
     World,
     addresses,
     attached,
+    condition,
     ea_operator,
     ea_world,
     ingress,
@@ -275,6 +276,44 @@ async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
     provisioned = await wait_attachment(kube, ns, "capped", attached, operator)
     assert ingress(await tenant.service_of(provisioned)) == provisioned["status"]["addresses"]
     assert await errors(operator) == 0
+
+
+async def test_a_claim_the_quota_refuses_is_reported_not_retried_as_an_error(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    """The tenant's claims quota is spent (the sample quota caps claims): the claim the attachment
+    would mint is refused with 403. That is a condition in the API's words, with nothing drawn and
+    nothing rendered, not an error retried with backoff; once the quota frees, it mints."""
+    ns = tenant.namespace
+    quota = {
+        "apiVersion": "v1",
+        "kind": "ResourceQuota",
+        "metadata": {"name": "no-claims"},
+        "spec": {"hard": {"count/ipaddressclaims.local.sdn.cozystack.io": "0"}},
+    }
+    await quota_in_force(kube, ns, quota)
+    await tenant.address_class("if-claims-quota", "198.51.100.184/29")
+    await tenant.app_with_endpoint()
+    await tenant.attachment("unminted", ENDPOINT, class_name="if-claims-quota")
+    refused = await wait_attachment(
+        kube,
+        ns,
+        "unminted",
+        lambda o: "exceeded quota" in message(o, PROVISIONED),
+        operator,
+        what="the claim's refusal reported",
+    )
+    assert condition(refused, PROVISIONED)[0] == "False"
+    assert await tenant.minted_claims(refused) == []
+    assert await tenant.service_of(refused) is None
+    assert await errors(operator) == 0, "a refusal is an outcome, not an error to retry"
+
+    await kube.patch(
+        RESOURCE_QUOTAS.path(ns, "no-claims"),
+        {"spec": {"hard": {"count/ipaddressclaims.local.sdn.cozystack.io": "1"}}},
+        "merge",
+    )
+    await wait_attachment(kube, ns, "unminted", attached, operator)
 
 
 # --- 4. deletion order -----------------------------------------------------------------------------

@@ -431,6 +431,33 @@ async def test_hold_and_move_a_reserved_claim_never_written(
     assert claim["status"]["addresses"] == reserved["status"]["addresses"]
 
 
+async def test_a_lost_claim_is_no_longer_provisioned(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    """The address behind a reserved claim goes (a hoster deletes the IPAddress): the substrate marks
+    the claim Lost, and the attachment stops saying Provisioned: ClaimPending, naming the phase, its
+    Service withdrawn (the address reaches nobody through it any more)."""
+    await tenant.address_class("it-lost", "198.51.100.136/29")
+    claim = await tenant.bound_claim("fragile", "it-lost")
+    endpoint = await tenant.app_with_endpoint()
+    await tenant.attachment("db-public", endpoint, claim_name="fragile")
+    ready = await attachment_attached(tenant, "db-public", operator)
+    service = await tenant.service_of(ready)
+    assert service is not None
+
+    await kube.delete(ADDRESSES.path(name=claim["status"]["addresses"][0]["name"]))
+    await wait_for_object(
+        kube, CLAIMS, "fragile", lambda c: phase(c) == "Lost", namespace=tenant.namespace, what="claim Lost"
+    )
+    lost = await wait_attachment(
+        kube, tenant.namespace, "db-public", provisioned_false("ClaimPending"), operator
+    )
+    assert "Lost" in message(lost, PROVISIONED), message(lost, PROVISIONED)
+    assert phase(lost) == PENDING
+    assert not lost["status"].get("addresses")
+    await withdrawn(kube, service)
+
+
 async def test_a_claim_associated_to_another_live_service_is_in_use(
     kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:

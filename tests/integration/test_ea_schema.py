@@ -33,6 +33,7 @@ from tests.catalogue.admission import (
 )
 from tests.catalogue.admission import ICMP as ICMP_PORT_LIST_ONLY
 from tests.support.manifests import ROOT, apply_all, load
+from tests.support.quota import quota_in_force
 from tests.support.tables import printed_row
 from tests.support.waiting import wait_for_object
 
@@ -439,17 +440,7 @@ async def test_an_object_count_quota_refuses_the_second_attachment(
         "metadata": {"name": "attachments"},
         "spec": {"hard": {QUOTA_KEY: "1"}},
     }
-    await kube.create(RESOURCE_QUOTAS.path(namespace), quota)
-    # Admission enforces a quota only once the resource-quota controller has computed its usage.
-    await wait_for_object(
-        kube,
-        RESOURCE_QUOTAS,
-        "attachments",
-        lambda q: q is not None and QUOTA_KEY in (q.get("status") or {}).get("used", {}),
-        namespace=namespace,
-        what="quota usage computed by the resource-quota controller",
-        timeout=60,
-    )
+    await quota_in_force(kube, namespace, quota, QUOTA_KEY)
     await create(kube, namespace, attachment("first"))
     with pytest.raises(ApiError) as refusal:
         await create(kube, namespace, attachment("second"))

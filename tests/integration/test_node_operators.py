@@ -27,6 +27,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
 from dataclasses import dataclass
@@ -36,7 +37,7 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
-from hack.metallb import metallb
+from hack.metallb import MetalLB, metallb
 from operators.endpointattachment.api import ATTACHMENT_KIND, ATTACHMENTS, CLAIM_ANNOTATION, CLAIMS, CLASSES
 from operators.gpuclass import reasons
 from operators.gpuclass.api import GPUCLASSES
@@ -73,6 +74,7 @@ ADDRESS_CLASS = "node-public"
 ADDRESS_RANGE = "192.0.2.0/26"
 IN_FLIGHT = 20  # attachments being provisioned when the leader goes
 SOURCE = {"kind": "HelmRepository", "name": "apps"}  # the application's chart source (never read)
+BALANCER: MetalLB | None = None  # the module's MetalLB, for a failure's message
 PROVISION_TIMEOUT_SECONDS = 120.0
 TOOL_TIMEOUT_SECONDS = 120.0
 
@@ -346,13 +348,16 @@ async def addresses(
     """MetalLB (a process beside the control plane) and the address substrate's model on this
     module's control plane, a default class, and a tenant with a Postgres application ``db`` and its
     tenant-facing Service; yields the tenant's namespace."""
-    log = tmp_path_factory.mktemp("metallb") / "metallb.log"
+    # Not under pytest's basetemp: other pytest runs on this machine rotate those away.
+    log = Path(tempfile.mkdtemp(prefix="node-metallb-")) / "metallb.log"
     lineage = {
         APPLICATION_GROUP_LABEL: "apps.cozystack.io",
         APPLICATION_KIND_LABEL: "Postgres",
         APPLICATION_NAME_LABEL: APP,
     }
     async with metallb(nkube, node_cluster.kubeconfig, log) as balancer, substrate(nkube):
+        global BALANCER
+        BALANCER = balancer
         await nkube.create(
             NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": TENANT}}
         )
@@ -416,15 +421,21 @@ async def test_an_attachment_is_provisioned_through_metallb_from_inside_the_pods
 ) -> None:
     await steady(nkube, ENDPOINTATTACHMENT)
     created = await nkube.create(ATTACHMENTS.path(addresses), attachment("db-public"))
-    found = await wait_for_object(
-        nkube,
-        ATTACHMENTS,
-        "db-public",
-        provisioned,
-        namespace=addresses,
-        timeout=PROVISION_TIMEOUT_SECONDS,
-        what="the attachment Provisioned",
-    )
+    try:
+        found = await wait_for_object(
+            nkube,
+            ATTACHMENTS,
+            "db-public",
+            provisioned,
+            namespace=addresses,
+            timeout=PROVISION_TIMEOUT_SECONDS,
+            what="the attachment Provisioned",
+        )
+    except AssertionError as error:
+        services = (await nkube.list(SERVICES.path(addresses)))["items"]
+        seen = [(s["metadata"]["name"], s["metadata"].get("annotations"), s.get("status")) for s in services]
+        tail = BALANCER.log_tail() if BALANCER is not None else ""
+        raise AssertionError(f"{error}\nServices: {seen}\nMetalLB: {tail}") from None
     assert found is not None
     status = found["status"]
     assert status["phase"] == "Attached"

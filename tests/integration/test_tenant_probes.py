@@ -22,7 +22,7 @@ import pytest
 from hack.devcluster import ClusterInfo
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
-from shared.resources import NODES, PODS, RESOURCE_QUOTAS, SERVICES
+from shared.resources import NODES, PODS, SERVICES
 from tests.ea_builders import for_create, lineage_labels
 from tests.integration.test_admission_policy import (
     ATTACHMENT_LABEL,
@@ -44,6 +44,7 @@ from tests.integration.test_admission_policy import (
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import operator_process
+from tests.support.quota import quota_in_force
 from tests.support.substrate import ADDRESSES, CLAIMS, CLASSES, METALLB_PROVISIONER
 from tests.support.waiting import eventually, wait_for_object
 
@@ -395,34 +396,6 @@ def claim_limit(quota: Obj) -> tuple[str, int]:
         if "ipaddressclaims" in key:
             return key, int(value)
     raise AssertionError(f"the sample quota limits no claims: {quota}")
-
-
-# A quota made before the resource-quota controller discovered its kinds is counted only at its next
-# full resync (5 minutes); one made afterwards at once. So, as config/samples/resourcequota.yaml tells
-# the hoster: re-create it until it is counted.
-QUOTA_ATTEMPT_SECONDS: Final = 15.0
-QUOTA_DEADLINE_SECONDS: Final = 240.0
-
-
-async def quota_in_force(kube: Kube, namespace: str, body: Obj, key: str) -> None:
-    """Create the quota ``body``, re-created until the resource-quota controller counts ``key``."""
-    path = RESOURCE_QUOTAS.path(namespace, body["metadata"]["name"])
-
-    async def counted() -> bool:
-        found = await kube.get(path)
-        return key in (((found or {}).get("status") or {}).get("used") or {})
-
-    for _ in range(int(QUOTA_DEADLINE_SECONDS / QUOTA_ATTEMPT_SECONDS)):
-        await kube.create(RESOURCE_QUOTAS.path(namespace), body)
-        try:
-            await eventually(counted, timeout=QUOTA_ATTEMPT_SECONDS, what="the quota counted")
-            return
-        except AssertionError:
-            await kube.delete(path)
-            await wait_for_object(
-                kube, RESOURCE_QUOTAS, body["metadata"]["name"], lambda q: q is None, namespace=namespace
-            )
-    raise AssertionError(f"the resource-quota controller never counted {key} in {QUOTA_DEADLINE_SECONDS}s")
 
 
 async def test_drain_a_shared_pool(world: World) -> None:

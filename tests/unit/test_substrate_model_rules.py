@@ -13,6 +13,7 @@ from typing import Any
 import pytest
 
 from shared.resources import SERVICES, Resource
+from tests.support.mergepatch import merge_patch
 from tests.support.substrate import (
     ADDRESSES,
     CLAIM_ANNOTATION,
@@ -34,19 +35,6 @@ Obj = dict[str, Any]
 NS = "tenant-a"
 NOW = "2026-12-01T00:00:00Z"
 StoreKey = tuple[str, str, str]  # (plural, namespace, name)
-
-
-def merge(target: Any, patch: Any) -> Any:
-    """RFC 7386 merge patch."""
-    if not isinstance(patch, dict):
-        return copy.deepcopy(patch)
-    result = dict(target) if isinstance(target, dict) else {}
-    for key, value in patch.items():
-        if value is None:
-            result.pop(key, None)
-        else:
-            result[key] = merge(result.get(key), value)
-    return result
 
 
 class Store:
@@ -83,7 +71,7 @@ class Store:
         """A change by someone else (a tenant, a hoster): a merge patch."""
         obj = self.get(resource, name, namespace)
         assert obj is not None
-        self._store(resource, merge(obj, patch))
+        self._store(resource, merge_patch(obj, patch))
 
     def _store(self, resource: Resource, obj: Obj) -> None:
         metadata = obj["metadata"]
@@ -99,7 +87,7 @@ class Store:
     def delete(self, resource: Resource, name: str, namespace: str | None = None) -> None:
         obj = self.get(resource, name, namespace)
         assert obj is not None
-        self._store(resource, merge(obj, {"metadata": {"deletionTimestamp": NOW}}))
+        self._store(resource, merge_patch(obj, {"metadata": {"deletionTimestamp": NOW}}))
 
     def apply(self, write: Write) -> bool:
         """One planned write; False when the API would refuse it (409)."""
@@ -130,7 +118,7 @@ class Store:
             patch = {"status": body.get("status")}
         else:
             patch = {k: v for k, v in body.items() if k != "status"}
-        self._store(write.resource, merge(existing, patch))
+        self._store(write.resource, merge_patch(existing, patch))
         return True
 
     def settle(self, passes: int = 30) -> None:

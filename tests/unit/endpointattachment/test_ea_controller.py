@@ -1,13 +1,14 @@
-"""controller: who a change wakes, per controller, through its wiring block (primary, owns, watches,
-their map functions and predicates), over stores built with the indexes ``build`` declares. The change
-is in the stores when the handlers run, as the informers do it; the keys are what the controller
-would enqueue (the runtime itself drops echoes and never wakes the pass that wrote)."""
+"""controller: who a change wakes (every map function and predicate of the wiring, as named functions of
+one object, then a few rows through the declared wiring itself), and the glue of a pass over the caches
+with a writer that answers as the API would. The change is in the stores when a map function runs, as
+the informers do it; the keys are what the controller would enqueue (the runtime itself drops echoes
+and never wakes the pass that wrote)."""
 
 from __future__ import annotations
 
 import copy
-from collections.abc import Mapping
-from pathlib import Path
+from collections.abc import Callable
+from datetime import datetime
 from typing import Any
 
 import pytest
@@ -15,93 +16,245 @@ from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
 from operators.endpointattachment import controller
-from operators.endpointattachment.constants import (
-    ATTACHMENT_LABEL,
-    ENDPOINT_ATTACHMENT_KIND,
-    IP_ADDRESS_CLAIM_KIND,
-    METALLB_IPS_ANNOTATION,
+from operators.endpointattachment.api import (
+    ATTACHMENTS,
+    CLAIM_ANNOTATION,
+    CLAIMS,
+    CLASSES,
+    PROGRAMMED_ANNOTATION,
+    REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
-from operators.endpointattachment.controller import (
-    ATTACHMENT_CONTROLLER,
-    CLAIM_CONTROLLER,
-    CLASS_CONTROLLER,
-)
-from operators.endpointattachment.render import service_name
-from operators.endpointattachment.world import RESOURCES, World
-from shared.ownership import owner_reference
-from shared.resources import Resource
+from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER, FINALIZER
+from operators.endpointattachment.datapath import programmed_token
+from operators.endpointattachment.reasons import PROVISIONED, REASON_PROVISIONED, REASON_WAITING_FOR_ADDRESS
+from operators.endpointattachment.render import RenderSettings
+from operators.endpointattachment.world import RESOURCES, SUBSTRATE, World
 from shared.runtime.cache import Key, Obj, key_of
-from shared.runtime.controller import Controller, Result, StaticCaches, Wiring
+from shared.runtime.controller import Controller, Result, StaticCaches
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
+from shared.runtime.served import CRDS
 from shared.telemetry.tracing import Tracing
 from tests.ea_builders import (
+    ADDRESS,
+    CLAIM,
+    CREATED,
     NAMESPACE,
+    controlled_by,
     lineage_labels,
-    make_allocation,
     make_attachment,
     make_claim,
     make_class,
     make_endpoints,
     make_endpointslice,
     make_helmrelease,
+    make_ip_address,
+    make_pod,
     make_service,
-    make_serviceproxy,
 )
-from tests.ea_caches import KINDS, Step, caches_of, drop, put
+from tests.ea_caches import KINDS, RecordingWriter, Step, caches_of, make_crd, put
 
-ROOT = Path(__file__).resolve().parents[3]
 NS, OTHER_NS = NAMESPACE, "tenant-b"
 PROXIED = {SERVICE_PROXY_NAME_LABEL: "cozy-proxy"}
-VM_APP = lineage_labels(kind="VirtualMachine", name="vm1")
-# A mints from public-v4; B uses claim my-ip (public-v4) and its endpoint is not cached; V is WholeIP from
-# private-v4; T is A's twin in another namespace.
+VM_APP = lineage_labels(kind="VMInstance", name="vm1")
+VM_SELECTOR = {"vm.kubevirt.io/name": "vm1"}
+# A mints from the default class; B references held-ip; V is WholeIP to vm-vm1, minting from "private";
+# T is A's twin in another namespace.
 A = make_attachment(uid="ea-a")
-B = make_attachment("db-claimed", uid="ea-b", endpoint="postgres-db-ro", claim_name="my-ip", mode="Standard")
-V = make_attachment("db-vm", uid="ea-v", endpoint="vm-svc", class_name="private-v4", mode="WholeIP")
+B = make_attachment("db-held", uid="ea-b", endpoint="postgres-db-ro", claim_name="held-ip")
+V = make_attachment(
+    "vm1-public", uid="ea-v", app_kind="VMInstance", app_name="vm1", endpoint="vm-vm1", method="WholeIP"
+)
 T = make_attachment(namespace=OTHER_NS, uid="ea-t")
-KA, KB, KV, KT = (NS, "db-public"), (NS, "db-claimed"), (NS, "db-vm"), (OTHER_NS, "db-public")
-VIP = make_claim("vip", class_name="private-v4")
-NS_OBJ = {"metadata": {"name": NS, "labels": {"team": "a"}}}
-NOBODY = {**A, "metadata": {"name": "nobody", "uid": "x"}}  # an attachment not cached
-DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "uid": "d-uid"}}
-SQUAT = service_name("db-vm")
+KA, KB, KV, KT = (NS, "db-public"), (NS, "db-held"), (NS, "vm1-public"), (OTHER_NS, "db-public")
+MINTED = make_claim(owner=A)
+HELD = make_claim("held-ip")
+V_CLAIM = make_claim("vm1-public-abcde", owner=V, class_name="private", status_class="private")
+T_CLAIM = make_claim(namespace=OTHER_NS, owner=T)
+OURS_A = make_service(
+    "db-public-x7ktq", labels={}, annotations={CLAIM_ANNOTATION: CLAIM}, owner_references=controlled_by(A)
+)
+OURS_V = make_service(
+    "vm1-public-x7ktq",
+    labels=PROXIED,
+    selector=VM_SELECTOR,
+    annotations={CLAIM_ANNOTATION: "vm1-public-abcde"},
+    owner_references=controlled_by(V),
+)
+CHART = make_service("vm1-chart", labels=PROXIED, selector=VM_SELECTOR)
 CLUSTER: list[Step] = [
     *[put("attachment", attachment) for attachment in (A, B, V, T)],
-    put("claim", make_claim()),
-    put("claim", make_claim(namespace=OTHER_NS)),
-    put("claim", VIP),
+    *[put("claim", claim) for claim in (MINTED, HELD, V_CLAIM, T_CLAIM)],
     put("service", make_service()),
     put("service", make_service(namespace=OTHER_NS)),
-    put("service", make_service("vm-svc", labels=VM_APP)),
+    put("service", make_service("vm-vm1", labels=VM_APP, selector=VM_SELECTOR)),
+    put("service", OURS_A),
+    put("service", OURS_V),
 ]
 
 
-def controlled_by(owner: Obj) -> list[dict[str, Any]]:
-    return [owner_reference(owner, controller=True, block_owner_deletion=True)]
-
-
-def svc(name: str, labels: Mapping[str, str] | None = None, owner: Obj | None = None) -> Obj:
-    """A Service without lineage labels, controlled by ``owner`` if given."""
-    return make_service(name, labels=labels or {}, owner_references=controlled_by(owner) if owner else ())
-
-
-def held_by(attachment: Obj) -> tuple[str, str, str, str]:
-    metadata = attachment["metadata"]
-    return ENDPOINT_ATTACHMENT_KIND, metadata["namespace"], metadata["name"], metadata["uid"]
-
-
 def changed(obj: Obj, **metadata: Any) -> Obj:
-    """A later version of ``obj``: a new resourceVersion, ``metadata`` merged in, and a status
-    (what a status-only write changes)."""
+    """A later version of ``obj``: a new resourceVersion, ``metadata`` merged in, and a status."""
     later = copy.deepcopy(obj)
     later["metadata"] = {**later["metadata"], "resourceVersion": "2", **metadata}
     later["status"] = {**(later.get("status") or {}), "observedGeneration": 1}
     return later
 
 
-def with_generation(obj: Obj, generation: int = 1) -> Obj:
-    return {**obj, "metadata": {**obj["metadata"], "generation": generation}}
+# --- the map functions, one version of one object each ---------------------------------------------
+
+MapFunction = Callable[[StaticCaches, Obj], Any]
+
+
+@pytest.mark.parametrize(
+    ("map_function", "obj", "expected"),
+    [
+        # a claim: its referrers, and its minter (when cached, with the UID it names)
+        (controller.attachments_of_claim, MINTED, {KA}),
+        (controller.attachments_of_claim, HELD, {KB}),
+        (controller.attachments_of_claim, T_CLAIM, {KT}),
+        (controller.attachments_of_claim, make_claim("nobody-s"), set()),
+        (controller.attachments_of_claim, make_claim("held-ip", namespace=OTHER_NS), set()),
+        # an IPAddress: the attachments of the claim it is bound to
+        (controller.attachments_of_address, make_ip_address(), {KA}),
+        (controller.attachments_of_address, make_ip_address(claim=(NS, "held-ip")), {KB}),
+        (controller.attachments_of_address, make_ip_address(claim=None), set()),
+        (controller.attachments_of_address, {"metadata": {"name": "x"}, "spec": {"claimRef": "x"}}, set()),
+        # a class: the attachments of the claims that resolved to it
+        (controller.attachments_of_class, make_class(), {KA, KB, KT}),
+        (controller.attachments_of_class, make_class("private"), {KV}),
+        (controller.attachments_of_class, make_class("unused"), set()),
+        # the substrate arriving: every attachment
+        (controller.every_attachment, make_crd(CLAIMS), {KA, KB, KV, KT}),
+        # a Service: the attachments whose endpoint it is, and those whose claim it names
+        (controller.attachments_of_service, make_service(), {KA}),
+        (controller.attachments_of_service, make_service(namespace=OTHER_NS), {KT}),
+        (controller.attachments_of_service, make_service("postgres-db-ro"), {KB}),
+        (
+            controller.attachments_of_service,
+            make_service("legacy", annotations={CLAIM_ANNOTATION: "held-ip"}),
+            {KB},
+        ),
+        (
+            controller.attachments_of_service,
+            make_service("legacy", annotations={CLAIM_ANNOTATION: "held-ip"}, namespace=OTHER_NS),
+            set(),
+        ),
+        (controller.attachments_of_service, make_service("unrelated"), set()),
+        # a proxied Service: every VM-mode attachment
+        (controller.attachments_in_vm_mode, CHART, {KV}),
+        # slices: VM-mode attachments only, of their endpoint, or all of them for a proxied Service's
+        (controller.attachments_of_slice, make_endpointslice(), set()),  # A's endpoint, but A is Standard
+        (controller.attachments_of_slice, make_endpointslice("vm-vm1"), {KV}),
+        (controller.attachments_of_slice, make_endpointslice("vm1-public-x7ktq"), {KV}),  # proxied
+        (controller.attachments_of_slice, make_endpointslice("unrelated"), set()),
+        (controller.attachments_of_slice, make_endpointslice("vm-vm1", namespace=OTHER_NS), set()),
+        # v1 Endpoints: the VM-mode attachment whose rendered Service they are of
+        (controller.attachment_of_rendered_endpoints, make_endpoints("vm1-public-x7ktq"), {KV}),
+        (controller.attachment_of_rendered_endpoints, make_endpoints("db-public-x7ktq"), set()),  # Standard
+        (controller.attachment_of_rendered_endpoints, make_endpoints("vm-vm1"), set()),  # the endpoint's own
+        (controller.attachment_of_rendered_endpoints, make_endpoints("absent"), set()),
+        # pods: the VM-mode attachments of their namespace
+        (controller.attachments_of_pod, make_pod(), {KV}),
+        (controller.attachments_of_pod, make_pod(namespace=OTHER_NS), set()),
+        # a HelmRelease: the attachments naming its application (by its lineage labels)
+        (controller.attachments_of_helmrelease, make_helmrelease(), {KA, KB}),
+        (controller.attachments_of_helmrelease, make_helmrelease("vm-vm1", labels=VM_APP), {KV}),
+        (controller.attachments_of_helmrelease, make_helmrelease(namespace=OTHER_NS), {KT}),
+        (controller.attachments_of_helmrelease, make_helmrelease(labels={}), set()),
+    ],
+)
+def test_map_functions(map_function: MapFunction, obj: Obj, expected: set[Key]) -> None:
+    caches = caches_of(*CLUSTER, put(_kind_of(obj), obj))
+    assert set(map_function(caches, obj)) == expected
+
+
+def _kind_of(obj: Obj) -> str:
+    """The cache an object goes in (a map function runs with the change already stored)."""
+    return {
+        "IPAddressClaim": "claim",
+        "IPAddress": "address",
+        "IPAddressClass": "class",
+        "CustomResourceDefinition": "crd",
+        "Service": "service",
+        "EndpointSlice": "slice",
+        "Endpoints": "endpoints",
+        "Pod": "pod",
+        "HelmRelease": "helmrelease",
+    }.get(str(obj.get("kind")), "address")  # a malformed IPAddress has no kind
+
+
+def test_no_vm_mode_attachment_no_slice_wakes_anyone() -> None:
+    caches = caches_of(put("attachment", A), put("service", CHART))
+    assert controller.attachments_of_slice(caches, make_endpointslice("vm1-chart")) == set()
+
+
+# --- the predicates, (old, new) ---------------------------------------------------------------------
+
+CLAIMS_CRD = make_crd(CLAIMS)
+VM_SLICE = make_endpointslice("vm-vm1")
+TWO_READY: list[tuple[str | None, str, bool | None]] = [("p1", "10.0.0.1", True), ("p2", "10.0.0.2", None)]
+Predicate = Callable[[Obj | None, Obj | None], bool]
+
+
+@pytest.mark.parametrize(
+    ("predicate", "old", "new", "expected"),
+    [
+        (controller.is_substrate_crd, None, CLAIMS_CRD, True),
+        (controller.is_substrate_crd, CLAIMS_CRD, None, True),
+        (controller.is_substrate_crd, make_crd(CLAIMS, established=False), CLAIMS_CRD, True),
+        (controller.is_substrate_crd, CLAIMS_CRD, changed(CLAIMS_CRD), False),
+        (controller.is_substrate_crd, None, make_crd(CLASSES), True),
+        (controller.is_substrate_crd, None, make_crd(ATTACHMENTS), False),  # ours: not the substrate's
+        (controller.proxy_reading_changed, None, make_service(), False),
+        (controller.proxy_reading_changed, None, CHART, True),
+        (controller.proxy_reading_changed, CHART, None, True),
+        (controller.proxy_reading_changed, CHART, changed(CHART), False),  # its status: not read
+        (
+            controller.proxy_reading_changed,
+            CHART,
+            make_service("vm1-chart", labels={SERVICE_PROXY_NAME_LABEL: "x"}, selector=VM_SELECTOR),
+            True,
+        ),
+        (
+            controller.proxy_reading_changed,
+            CHART,
+            make_service("vm1-chart", labels=PROXIED, selector={"x": "y"}),
+            True,
+        ),
+        (
+            controller.proxy_reading_changed,
+            CHART,
+            {**CHART, "metadata": {**CHART["metadata"], "ownerReferences": controlled_by(V)}},
+            True,
+        ),
+        (controller.slice_reading_changed, VM_SLICE, changed(VM_SLICE), False),
+        (controller.slice_reading_changed, None, VM_SLICE, True),
+        (controller.slice_reading_changed, VM_SLICE, None, True),
+        (controller.slice_reading_changed, VM_SLICE, make_endpointslice("vm-vm1", backends=TWO_READY), True),
+        (
+            controller.slice_reading_changed,
+            VM_SLICE,
+            make_endpointslice("other", name=VM_SLICE["metadata"]["name"]),
+            True,
+        ),
+        (controller.programmed_reading_changed, make_endpoints(), make_endpoints(), False),
+        (controller.programmed_reading_changed, make_endpoints(), make_endpoints(backends=[]), True),
+        (
+            controller.programmed_reading_changed,
+            make_endpoints(),
+            make_endpoints(backends=[("pod-uid-1", "10.244.0.10", False)]),
+            True,
+        ),
+        (controller.programmed_reading_changed, None, make_endpoints(), True),
+        (controller.programmed_reading_changed, make_endpoints(), None, True),
+    ],
+)
+def test_change_predicates(predicate: Predicate, old: Obj | None, new: Obj | None, expected: bool) -> None:
+    assert predicate(old, new) is expected
+
+
+# --- through the wiring, as declared ----------------------------------------------------------------
 
 
 class Idle:
@@ -111,17 +264,9 @@ class Idle:
         raise AssertionError(f"no reconcile expected, got {key}")
 
 
-def woken(
-    wiring: Wiring,
-    kind: str,
-    old: Obj | None,
-    new: Obj | None,
-    steps: list[Step],
-    monkeypatch: pytest.MonkeyPatch,
-) -> set[Key]:
-    """What ``wiring``'s controller enqueues when ``kind`` changes from ``old`` to ``new``, the stores
-    already holding the change (after ``steps``)."""
-    caches = caches_of(*steps)
+def woken(kind: str, old: Obj | None, new: Obj | None, monkeypatch: pytest.MonkeyPatch) -> set[Key]:
+    """What the controller enqueues when ``kind`` changes from ``old`` to ``new`` (stored first)."""
+    caches = caches_of(*CLUSTER, *([put(kind, old)] if old is not None else []))
     store = caches.store(KINDS[kind])
     if new is not None:
         store.upsert(new)
@@ -129,7 +274,7 @@ def woken(
         store.delete(key_of(old))
     registry = CollectorRegistry()
     running = Controller(
-        wiring,
+        ATTACHMENT_CONTROLLER,
         Idle(),
         caches,
         metrics=ControllerMetrics(registry),
@@ -144,396 +289,52 @@ def woken(
     return keys
 
 
-# --- the attachments controller --------------------------------------------------------------------
-
-ALLOC_A = make_allocation(holder=held_by(A))
-ALLOC_11 = make_allocation("203.0.113.11", holder=None)
-CLAIM_ALLOC = make_allocation(holder=(IP_ADDRESS_CLAIM_KIND, NS, "my-ip", "claim-uid-my-ip"))
-FREED = make_allocation("203.0.113.12", holder=None)
-
-
-@pytest.mark.parametrize(
-    ("kind", "obj", "expected"),
-    [
-        ("attachment", V, {KV}),
-        ("service", make_service(), {KA}),  # its users in its namespace only
-        ("service", make_service(namespace=OTHER_NS), {KT}),
-        ("service", svc(service_name("db-public"), owner=A), {KA}),  # owned: the controller reference
-        ("service", svc("x", owner=NOBODY), {(NS, "nobody")}),
-        # a squatter on V's name, labelled or not, controlled by something else or by nothing: V
-        # reports the conflict, and renders once the squatter goes
-        ("service", svc(SQUAT, owner=DEPLOYMENT), {KV}),
-        ("service", svc(SQUAT, labels={ATTACHMENT_LABEL: "db-vm"}), {KV}),
-        ("service", svc(SQUAT), {KV}),
-        ("service", svc("chart-proxy", labels=PROXIED), {KV}),
-        # Only the VM modes read slices: the backends of their endpoint's, and of proxied Services'
-        ("slice", make_endpointslice(), set()),  # A's endpoint, but A is Standard
-        ("slice", make_endpointslice("unrelated"), set()),  # a Service no proxy serves
-        ("slice", make_endpointslice("vm-svc"), {KV}),  # V's endpoint
-        ("claim", make_claim(), {KB}),
-        ("claim", make_claim(namespace=OTHER_NS), set()),
-        ("claim", VIP, set()),
-        ("class", make_class(), {KA, KB, KT}),
-        ("class", make_class("private-v4"), {KV}),
-        ("class", make_class("unused"), set()),
-        # a mint takes an address and frees none: its holder alone hears of it
-        ("allocation", ALLOC_A, {KA}),
-        ("allocation", make_allocation(class_name="private-v4", holder=None), set()),
-        ("allocation", make_allocation(class_name="private-v4", holder=held_by(V)), {KV}),
-        ("allocation", CLAIM_ALLOC, set()),  # a claim's: its claim's business (the claims controller)
-        ("proxy", make_serviceproxy(), {KV}),
-        ("namespace", NS_OBJ, {KA, KB, KV}),
-        ("namespace", {"metadata": {"name": OTHER_NS}}, {KT}),
-        ("helmrelease", make_helmrelease(), {KA, KB}),  # B: its endpoint is not cached
-        ("helmrelease", make_helmrelease("vm1", labels=VM_APP), {KB, KV}),
-        ("helmrelease", make_helmrelease(labels={}), {KA, KB, KV}),  # no lineage: all of its namespace
-        ("helmrelease", make_helmrelease(namespace=OTHER_NS), {KT}),
-        # which Services select a pod decides exclusivity: the VM-mode attachments of its namespace
-        ("pod", {"metadata": {"name": "vm", "namespace": NS, "uid": "p", "labels": {"vm": "1"}}}, {KV}),
-        ("pod", {"metadata": {"name": "vm", "namespace": OTHER_NS, "uid": "q"}}, set()),
-    ],
-)
-def test_attachments_woken_by_an_added_object(
-    kind: str, obj: Obj, expected: set[Key], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    assert woken(ATTACHMENT_CONTROLLER, kind, None, obj, CLUSTER, monkeypatch) == expected
-
-
-def test_a_freed_address_wakes_only_the_address_less(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Those minting from the class without an address (T holds one; B's address is its claim's)."""
-    steps = [*CLUSTER, put("allocation", make_allocation(holder=held_by(T))), put("allocation", FREED)]
-    assert woken(ATTACHMENT_CONTROLLER, "allocation", FREED, None, steps, monkeypatch) == {KA}
-
-
-def test_an_allocation_that_keeps_its_address_frees_nothing(monkeypatch: pytest.MonkeyPatch) -> None:
-    steps = [*CLUSTER, put("allocation", FREED)]
-    assert woken(ATTACHMENT_CONTROLLER, "allocation", FREED, changed(FREED), steps, monkeypatch) == set()
-
-
-CHART_PROXY = svc("chart-proxy", PROXIED)
-NO_VM_MODE = drop("attachment", V)
-VM_SLICE = make_endpointslice("vm-svc")
-MORE_BACKENDS: list[tuple[str | None, str, bool | None]] = [
-    ("pod-uid-1", "10.244.0.10", True),
-    ("pod-uid-2", "10.244.0.11", None),
-]
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "steps", "expected"),
-    [
-        # what a pass reads of a slice is its Service and its ready backends: nothing else wakes
-        (VM_SLICE, changed(VM_SLICE), [], set()),
-        (VM_SLICE, changed(make_endpointslice("vm-svc", backends=MORE_BACKENDS)), [], {KV}),
-        (VM_SLICE, None, [], {KV}),
-        # a proxied Service's backends decide exclusivity for every VM-mode attachment
-        (None, make_endpointslice("chart-proxy"), [put("service", CHART_PROXY)], {KV}),
-        # ... once that Service is cached (its own arrival wakes them all)
-        (None, make_endpointslice("chart-proxy"), [], set()),
-        # a slice of a proxied Service, with no VM-mode attachment at all
-        (None, make_endpointslice("chart-proxy"), [put("service", CHART_PROXY), NO_VM_MODE], set()),
-    ],
-)
-def test_attachments_woken_by_a_slice(
-    old: Obj | None, new: Obj | None, steps: list[Step], expected: set[Key], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    before = [*CLUSTER, *steps, *([put("slice", old)] if old is not None else [])]
-    assert woken(ATTACHMENT_CONTROLLER, "slice", old, new, before, monkeypatch) == expected
-
-
-@pytest.mark.parametrize(
-    ("old", "new", "expected"),
-    [
-        (None, CHART_PROXY, {KV}),  # joins a proxy
-        (CHART_PROXY, None, {KV}),  # leaves it
-        (CHART_PROXY, changed(CHART_PROXY), set()),  # its status (a balancer's answer): not read
-        (CHART_PROXY, changed(svc("chart-proxy", {SERVICE_PROXY_NAME_LABEL: "other"})), {KV}),
-        (CHART_PROXY, changed(svc("chart-proxy", PROXIED, V)), {KV}),  # another controller: another rank
-        # another selector: other pods
-        (
-            CHART_PROXY,
-            changed({**CHART_PROXY, "spec": {**CHART_PROXY["spec"], "selector": {"x": "y"}}}),
-            {KV},
-        ),
-    ],
-)
-def test_vm_mode_attachments_woken_by_a_proxied_service(
-    old: Obj | None, new: Obj | None, expected: set[Key], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    steps = [*CLUSTER, *([put("service", old)] if old is not None else [])]
-    assert woken(ATTACHMENT_CONTROLLER, "service", old, new, steps, monkeypatch) == expected
-
-
-PROXIED_OF_A = svc(service_name("db-public"), PROXIED, A)
-CLASS_1 = with_generation(make_class())
-PROXY_1 = with_generation(make_serviceproxy())
+CLASS_1 = {**make_class(), "metadata": {**make_class()["metadata"], "generation": 1}}
 HR = make_helmrelease()
+ANSWERED_A = {**OURS_A, "status": {"loadBalancer": {"ingress": [{"ip": ADDRESS}]}}}
 
 
 @pytest.mark.parametrize(
     ("kind", "old", "new", "expected"),
     [
-        # Both versions map: a Service leaving the proxy frees the pods it held for VM-mode attachments.
-        ("service", PROXIED_OF_A, changed(svc(service_name("db-public"), owner=A)), {KA, KV}),
-        ("service", make_service(), None, {KA}),  # the endpoint is gone
-        # An endpoint that lost its lineage labels: its users hear of it.
-        ("service", make_service(), changed(make_service(), labels={}), {KA}),
-        # status-only changes of a class or a proxy (ours, or no one's business) wake no one ...
-        ("class", CLASS_1, changed(CLASS_1), set()),
-        ("proxy", PROXY_1, changed(PROXY_1), set()),
-        # ... a spec change (a new generation) or a deletion does
-        ("class", CLASS_1, changed(CLASS_1, generation=2), {KA, KB, KT}),
-        ("class", CLASS_1, None, {KA, KB, KT}),
-        ("proxy", PROXY_1, changed(PROXY_1, generation=2), {KV}),
-        ("proxy", PROXY_1, None, {KV}),
-        # a HelmRelease is read for its lineage labels and UID only; a Namespace for its labels
-        ("helmrelease", HR, changed(HR), set()),
-        ("helmrelease", HR, changed(HR, labels=VM_APP), {KA, KB, KV}),  # old and new apps' attachments
-        ("namespace", NS_OBJ, changed(NS_OBJ, annotations={"a": "b"}), set()),
-        ("namespace", NS_OBJ, changed(NS_OBJ, labels={"team": "b"}), {KA, KB, KV}),
-        ("namespace", NS_OBJ, None, {KA, KB, KV}),
-        # the attachment itself: any change of it (its own pass's writes are the runtime's to skip)
         ("attachment", A, changed(A), {KA}),
-        ("attachment", A, None, {KA}),
-        # an allocation released: its holder, and those minting from the class without an address
-        ("allocation", ALLOC_A, None, {KA, KT}),
-        ("claim", make_claim(), changed(make_claim()), {KB}),  # its status (phase, user) is read
+        ("claim", MINTED, changed(MINTED), {KA}),  # its phase and addresses are read; minted: owns
+        ("claim", HELD, changed(HELD), {KB}),
+        ("address", None, make_ip_address(associated_to=(NS, "legacy")), {KA}),
+        ("service", OURS_A, ANSWERED_A, {KA}),  # the load balancer's answer, through owns
+        ("service", make_service(), None, {KA}),  # the endpoint went: Detached
+        ("service", CHART, changed(CHART), set()),  # a proxied Service's status: nobody's business
+        ("service", None, CHART, {KV}),
+        ("class", None, make_class("private"), {KV}),  # a class arriving after its claim bound
+        ("class", CLASS_1, changed(CLASS_1), set()),  # status only: no new generation
+        ("class", CLASS_1, changed(CLASS_1, generation=2), {KA, KB, KT}),
+        ("crd", None, make_crd(CLAIMS), {KA, KB, KV, KT}),
+        ("crd", None, make_crd(ATTACHMENTS), set()),
+        ("helmrelease", HR, changed(HR), set()),  # read for its lineage labels and UID only
+        ("helmrelease", HR, changed(HR, labels=VM_APP), {KA, KB, KV}),  # old and new apps' attachments
+        ("pod", make_pod(), changed(make_pod()), set()),
+        ("pod", None, make_pod(), {KV}),
+        ("endpoints", None, make_endpoints("vm1-public-x7ktq"), {KV}),
+        ("endpoints", make_endpoints("vm1-public-x7ktq"), changed(make_endpoints("vm1-public-x7ktq")), set()),
     ],
 )
-def test_attachments_woken_by_a_change(
-    kind: str, old: Obj, new: Obj | None, expected: set[Key], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    steps = [*CLUSTER, put(kind, old)]
-    assert woken(ATTACHMENT_CONTROLLER, kind, old, new, steps, monkeypatch) == expected
-
-
-def test_a_class_whose_claims_are_used_wakes_their_users(monkeypatch: pytest.MonkeyPatch) -> None:
-    uses_vip = make_attachment("uses-vip", uid="ea-vip", claim_name="vip")
-    steps = [*CLUSTER, put("attachment", uses_vip)]
-    private = make_class("private-v4")
-    assert woken(ATTACHMENT_CONTROLLER, "class", None, private, steps, monkeypatch) == {KV, (NS, "uses-vip")}
-
-
-# --- the claims controller -------------------------------------------------------------------------
-
-USED = make_claim("used", user=("db-public", "ea-a"))
-
-
-@pytest.mark.parametrize(
-    ("kind", "old", "new", "expected"),
-    [
-        ("claim", None, make_claim("x"), {(NS, "x")}),
-        ("claim", VIP, changed(VIP), {(NS, "vip")}),
-        ("allocation", None, CLAIM_ALLOC, {(NS, "my-ip")}),
-        ("allocation", CLAIM_ALLOC, None, {(NS, "my-ip")}),
-        ("allocation", None, ALLOC_A, set()),
-        ("allocation", None, ALLOC_11, set()),
-        ("class", None, make_class(), {(NS, "my-ip"), (OTHER_NS, "my-ip"), (NS, "used")}),
-        ("class", None, make_class("private-v4"), {(NS, "vip")}),
-        ("class", CLASS_1, changed(CLASS_1), set()),  # status only
-        (
-            "class",
-            CLASS_1,
-            changed(CLASS_1, generation=2),
-            {(NS, "my-ip"), (OTHER_NS, "my-ip"), (NS, "used")},
-        ),
-        ("namespace", None, NS_OBJ, {(NS, "my-ip"), (NS, "vip"), (NS, "used")}),
-        ("namespace", NS_OBJ, changed(NS_OBJ), set()),
-        ("service", None, make_service(), set()),  # not watched
-        # the attachment a claim records as its user is gone: the claim is freed by its pass
-        ("attachment", A, None, {(NS, "used")}),
-        ("attachment", T, None, set()),  # same name, another namespace: not its user
-        ("attachment", A, changed(A), set()),  # only a disappearance frees a claim
-    ],
-)
-def test_claims_woken(
+def test_woken_through_the_wiring(
     kind: str, old: Obj | None, new: Obj | None, expected: set[Key], monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    steps = [*CLUSTER, put("claim", USED), *([put(kind, old)] if old is not None else [])]
-    assert woken(CLAIM_CONTROLLER, kind, old, new, steps, monkeypatch) == expected
+    assert woken(kind, old, new, monkeypatch) == expected
 
 
-# --- the classes controller ------------------------------------------------------------------------
+def test_every_kind_the_controller_reads_is_cached_and_every_cache_is_read() -> None:
+    assert set(ATTACHMENT_CONTROLLER.resources()) == {*RESOURCES, CRDS}
+    assert set(SUBSTRATE) <= set(ATTACHMENT_CONTROLLER.resources())
 
 
-@pytest.mark.parametrize(
-    ("kind", "old", "new", "expected"),
-    [
-        ("allocation", None, ALLOC_A, {("", "public-v4")}),
-        ("allocation", ALLOC_A, None, {("", "public-v4")}),
-        ("allocation", ALLOC_A, changed(ALLOC_A), {("", "public-v4")}),
-        ("class", None, make_class(), {("", "public-v4")}),
-        ("class", CLASS_1, changed(CLASS_1), set()),  # its own status (ours) wakes no one
-        ("class", CLASS_1, changed(CLASS_1, generation=2), {("", "public-v4")}),
-        ("attachment", None, A, set()),  # not watched
-    ],
-)
-def test_classes_woken(
-    kind: str, old: Obj | None, new: Obj | None, expected: set[Key], monkeypatch: pytest.MonkeyPatch
-) -> None:
-    steps = [*CLUSTER, *([put(kind, old)] if old is not None else [])]
-    assert woken(CLASS_CONTROLLER, kind, old, new, steps, monkeypatch) == expected
-
-
-# --- map functions on their own: one version each, nothing in the stores is assumed --------------
-
-
-@pytest.mark.parametrize(
-    ("map_function", "obj", "expected"),
-    [
-        (controller.attachments_of_claim, make_claim(), {KB}),
-        (controller.attachments_of_class, make_class("private-v4"), {KV}),
-        (controller.attachments_of_class, make_class(), {KA, KB, KT}),
-        (controller.holder_of_allocation, ALLOC_A, {KA}),
-        (controller.holder_of_allocation, CLAIM_ALLOC, set()),
-        (controller.address_less_of_class, ALLOC_A, {KA, KT}),
-        (controller.attachments_in_vm_mode, make_serviceproxy(), {KV}),
-        (controller.attachments_of_service, make_service(), {KA}),
-        (controller.attachments_of_service, make_service("vm-svc", labels=VM_APP), {KV}),
-        (controller.attachments_of_slice, make_endpointslice(), set()),
-        (controller.attachments_of_slice, make_endpointslice("vm-svc"), {KV}),
-        (controller.attachments_of_helmrelease, make_helmrelease(namespace=OTHER_NS), {KT}),
-        (controller.attachments_in_namespace, NS_OBJ, {KA, KB, KV}),
-        (controller.attachments_in_namespace, {"metadata": {"name": OTHER_NS}}, {KT}),
-        (controller.claims_of_allocation, CLAIM_ALLOC, {(NS, "my-ip")}),
-        (controller.claims_of_allocation, ALLOC_A, set()),
-        (controller.claims_of_class, make_class("private-v4"), {(NS, "vip")}),
-        (controller.claims_of_class, make_class(), {(NS, "my-ip"), (NS, "used"), (OTHER_NS, "my-ip")}),
-        (controller.claims_in_namespace, {"metadata": {"name": OTHER_NS}}, {(OTHER_NS, "my-ip")}),
-        (controller.claims_used_by_attachment, A, {(NS, "used")}),
-        (controller.class_of_allocation, make_allocation(class_name="private-v4"), {("", "private-v4")}),
-        (controller.class_of_allocation, ALLOC_A, {("", "public-v4")}),
-        (controller.class_of_allocation, {"metadata": {"name": "x"}}, set()),
-        (controller.attachment_of_rendered_endpoints, make_endpoints("ea-db-vm"), {KV}),
-        (controller.attachment_of_rendered_endpoints, make_endpoints("ea-db-public"), set()),  # Standard
-    ],
-)
-def test_map_functions(map_function: Any, obj: Obj, expected: set[Key]) -> None:
-    caches = caches_of(*CLUSTER, put("claim", USED))
-    assert set(map_function(caches, obj)) == expected
-
-
-@pytest.mark.parametrize(
-    ("predicate", "old", "new", "expected"),
-    [
-        (controller.address_freed, ALLOC_A, None, True),  # deleted: its address is free
-        (controller.address_freed, None, ALLOC_A, False),  # a mint frees nothing
-        (controller.address_freed, ALLOC_A, changed(ALLOC_A), False),  # same address, same class
-        (controller.address_freed, ALLOC_A, make_allocation(class_name="private-v4"), True),
-        (controller.proxy_reading_changed, make_service(), make_service(), False),
-        (controller.proxy_reading_changed, None, make_service("vm-svc", labels=VM_APP), False),
-        (controller.slice_reading_changed, make_endpointslice(), make_endpointslice(), False),
-        (controller.slice_reading_changed, None, make_endpointslice(), True),
-        (controller.slice_reading_changed, make_endpointslice(), None, True),
-        (controller.programmed_reading_changed, make_endpoints(), make_endpoints(), False),
-        (controller.programmed_reading_changed, make_endpoints(), make_endpoints(backends=[]), True),
-        (controller.programmed_reading_changed, None, make_endpoints(), True),
-    ],
-)
-def test_change_predicates(predicate: Any, old: Obj | None, new: Obj | None, expected: bool) -> None:
-    assert predicate(old, new) is expected
-
-
-# --- the wiring, as declared -----------------------------------------------------------------------
-
-WIRINGS = (ATTACHMENT_CONTROLLER, CLAIM_CONTROLLER, CLASS_CONTROLLER)
-
-
-def test_every_kind_a_controller_reads_is_cached_and_every_cache_is_read() -> None:
-    read = {resource for wiring in WIRINGS for resource in wiring.resources()}
-    assert read == set(RESOURCES)
-    assert len({wiring.name for wiring in WIRINGS}) == len(WIRINGS)
-
-
-async def test_reconcilers_answer_a_result_for_a_key_not_cached() -> None:
-    """A key whose object is gone (deleted, or never cached) is a quiet pass: nothing to do."""
-    world = World(StaticCaches(caches_of().stores))
-    for reconciler in (
-        controller.AttachmentReconciler(world, None),  # type: ignore[arg-type]
-        controller.ClaimReconciler(world, None),  # type: ignore[arg-type]
-        controller.ClassReconciler(world, None),  # type: ignore[arg-type]
-    ):
-        assert await reconciler.reconcile((NS, "absent")) == Result()
-
-
-# --- the reconcilers, over the caches, with a writer that records and writes through ---------------
-
-
-class Recorded:
-    """What a writer was asked to do, in order: (verb, plural, name)."""
-
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str, str]] = []
-
-
-class RecordingWriter:
-    """The ``Writer`` surface the reconcilers use: each write is recorded and its answer goes into
-    the caches at once (write-through), as the runtime's writer does; a delete with ``forget``
-    (allocations) drops the object from the caches at once, as the runtime's writer does."""
-
-    def __init__(self, caches: StaticCaches) -> None:
-        self.caches, self.calls = caches, Recorded().calls
-        self.kube = None
-
-    def _answer(self, resource: Resource, obj: Mapping[str, Any]) -> Obj:
-        answer = copy.deepcopy(dict(obj))
-        metadata = answer.setdefault("metadata", {})
-        metadata.setdefault("uid", f"uid-{metadata.get('name')}")
-        metadata["resourceVersion"] = str(int(metadata.get("resourceVersion") or 1) + 1)
-        self.caches.store(resource).upsert(answer)
-        return answer
-
-    def remember(self, resource: Resource, obj: Obj | None) -> Obj | None:
-        if obj:
-            self.caches.store(resource).upsert(obj)
-        return obj
-
-    async def create(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
-        self.calls.append(("create", resource.plural, body["metadata"]["name"]))
-        return self._answer(resource, body)
-
-    async def patch(self, resource: Resource, obj: Mapping[str, Any], patch: Any, kind: str = "merge") -> Obj:
-        self.calls.append(("patch", resource.plural, obj["metadata"]["name"]))
-        return self._answer(resource, obj)
-
-    async def delete(self, resource: Resource, obj: Mapping[str, Any], *, forget: bool = False) -> bool:
-        self.calls.append(("delete", resource.plural, obj["metadata"]["name"]))
-        if forget:
-            self.caches.store(resource).delete(key_of(obj))
-        return True
-
-    async def patch_status(self, resource: Resource, obj: Mapping[str, Any], ops: list[Any]) -> Obj | None:
-        if not ops:
-            return None
-        self.calls.append(("status", resource.plural, obj["metadata"]["name"]))
-        return self._answer(resource, obj)
-
-    async def ensure_metadata(
-        self,
-        resource: Resource,
-        obj: Obj,
-        *,
-        finalizer: str | None = None,
-        owner_reference: Mapping[str, Any] | None = None,
-    ) -> Obj:
-        finalizers = list(obj["metadata"].get("finalizers") or [])
-        if finalizer is None or finalizer in finalizers:
-            return obj
-        self.calls.append(("finalizer", resource.plural, obj["metadata"]["name"]))
-        return self._answer(
-            resource, {**obj, "metadata": {**obj["metadata"], "finalizers": [*finalizers, finalizer]}}
-        )
-
-    async def remove_finalizer(self, resource: Resource, obj: Obj, finalizer: str) -> Obj | None:
-        self.calls.append(("unfinalize", resource.plural, obj["metadata"]["name"]))
-        return obj
-
+# --- the glue: a pass over the caches, with a writer answering as the API would -------------------
 
 RESOLVED: list[Step] = [
     put("service", make_service()),
     put("helmrelease", make_helmrelease()),
     put("class", make_class()),
-    put("namespace", NS_OBJ),
 ]
 
 
@@ -545,122 +346,154 @@ class Clock:
         return self.now
 
 
-async def test_a_pass_decides_again_at_once_after_its_mint() -> None:
-    """The mint's answer is in the caches, so the same pass renders: one pass, not two. The status
-    of a Service just created is held back (the load balancer's answer usually comes first)."""
-    caches = caches_of(*RESOLVED, put("attachment", A))
-    writer = RecordingWriter(caches)
-    reconciler = controller.AttachmentReconciler(World(caches), writer, Clock())  # type: ignore[arg-type]
-    assert await reconciler.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
-    address = World(caches).held_address(caches.store(KINDS["attachment"]).get(KA) or {})
-    assert address is not None
-    assert writer.calls == [
-        ("finalizer", "endpointattachments", "db-public"),
-        ("create", "ipaddressallocations", address),
-        ("create", "services", service_name("db-public")),
-    ]
-
-
-async def created_and_held() -> tuple[controller.AttachmentReconciler, RecordingWriter, StaticCaches, Clock]:
-    """A's first pass: the Service is created, the status held back."""
-    caches = caches_of(*RESOLVED, put("attachment", A))
+def reconciler(
+    *steps: Step, settings: RenderSettings | None = None, unserved: Any = ()
+) -> tuple[controller.AttachmentReconciler, RecordingWriter, StaticCaches, Clock]:
+    caches = caches_of(*steps, unserved=unserved)
     writer, clock = RecordingWriter(caches), Clock()
-    reconciler = controller.AttachmentReconciler(World(caches), writer, clock)  # type: ignore[arg-type]
-    await reconciler.reconcile(KA)
-    writer.calls.clear()
-    return reconciler, writer, caches, clock
+    running = controller.AttachmentReconciler(
+        World(caches, settings),
+        writer,  # type: ignore[arg-type]
+        clock,
+        wall_clock=lambda: datetime.fromisoformat(CREATED),  # the writer's objects are created then
+    )
+    return running, writer, caches, clock
 
 
-async def test_the_load_balancers_answer_within_the_hold_is_the_one_status_write() -> None:
-    reconciler, writer, caches, clock = await created_and_held()
-    # Woken again meanwhile (our own Service's echo, say): still waiting, still held, nothing written.
-    clock.now += 0.25
-    assert await reconciler.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS - 0.25)
-    assert writer.calls == []
+def stored_provisioned(caches: StaticCaches, key: Key = KA) -> tuple[str, str]:
+    attachment = caches.store(ATTACHMENTS).get(key) or {}
+    found = next(c for c in attachment["status"]["conditions"] if c["type"] == PROVISIONED)
+    return found["status"], found["reason"]
+
+
+def bind(caches: StaticCaches, address: str = ADDRESS) -> Obj:
+    """The substrate binds the claim the pass minted (the one claim of the namespace)."""
+    claims = caches.store(CLAIMS)
+    minted = next(c for c in claims.values() if c["metadata"]["namespace"] == NS)
+    bound = copy.deepcopy(minted)
+    bound["status"] = make_claim(addresses=(address,))["status"]
+    claims.upsert(bound)
+    return bound
+
+
+def announce(caches: StaticCaches, name: str = "db-public-x7ktr", address: str = ADDRESS) -> None:
     services = caches.store(KINDS["service"])
-    ours = copy.deepcopy(services.get((NS, service_name("db-public"))) or {})
-    address = ours["metadata"]["annotations"][METALLB_IPS_ANNOTATION]
+    ours = copy.deepcopy(services.get((NS, name)) or {})
     ours["status"] = {"loadBalancer": {"ingress": [{"ip": address}]}}
     services.upsert(ours)
-    assert await reconciler.reconcile(KA) == Result()
-    assert writer.calls == [("status", "endpointattachments", "db-public")]
+
+
+async def test_a_key_not_cached_is_a_quiet_pass() -> None:
+    running, writer, _, _ = reconciler()
+    assert await running.reconcile((NS, "absent")) == Result()
+    assert writer.calls == []
+
+
+async def test_a_first_pass_stamps_mints_and_renders_nothing_before_the_claim_is_bound() -> None:
+    running, writer, caches, clock = reconciler(*RESOLVED, put("attachment", make_attachment(owner_uid=None)))
+    assert await running.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
+    assert writer.calls == [
+        ("metadata", "endpointattachments", "db-public"),  # finalizer, owner reference, lineage labels
+        ("create", "ipaddressclaims", "db-public-x7ktq"),
+    ], "no status while the substrate's binding is due"
+    stamped = caches.store(ATTACHMENTS).get(KA) or {}
+    assert FINALIZER in stamped["metadata"]["finalizers"]
+    assert stamped["metadata"]["labels"] == {
+        k: v for k, v in lineage_labels(tenant_facing=False).items() if k.startswith("apps.")
+    }
+    writer.calls.clear()
+    clock.now += controller.STATUS_HOLD_SECONDS
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == [("status", "endpointattachments", "db-public")], (
+        "no binding: said once the hold ends"
+    )
+    assert stored_provisioned(caches) == ("False", "ClaimPending")
+
+
+async def test_once_bound_the_service_is_created_and_its_status_held_for_the_answer() -> None:
+    running, writer, caches, clock = reconciler(*RESOLVED, put("attachment", A))
+    await running.reconcile(KA)
+    bind(caches)
+    writer.calls.clear()
+    assert await running.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
+    assert writer.calls == [("create", "services", "db-public-x7ktr")], "no status while the answer is due"
+    clock.now += 0.25
+    announce(caches)
+    writer.calls.clear()
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == [("status", "endpointattachments", "db-public")], "one status write: Provisioned"
+    assert stored_provisioned(caches) == ("True", REASON_PROVISIONED)
+    writer.calls.clear()
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == [], "a second pass writes nothing"
 
 
 async def test_without_an_answer_the_held_status_is_written_when_the_hold_runs_out() -> None:
-    reconciler, writer, _, clock = await created_and_held()
-    clock.now += controller.STATUS_HOLD_SECONDS
-    assert await reconciler.reconcile(KA) == Result()
-    assert writer.calls == [("status", "endpointattachments", "db-public")]
-
-
-async def test_a_change_during_the_hold_is_reported_at_once() -> None:
-    reconciler, writer, caches, _ = await created_and_held()
-    caches.store(KINDS["namespace"]).upsert(NS_OBJ)
-    caches.store(KINDS["class"]).upsert(make_class(allowed_namespaces={"matchLabels": {"team": "elsewhere"}}))
-    assert await reconciler.reconcile(KA) == Result()
-    assert writer.calls == [
-        ("delete", "services", service_name("db-public")),  # dark: the namespace is not admitted
-        ("status", "endpointattachments", "db-public"),
-    ]
-
-
-async def test_finalizing_releases_the_service_then_the_address_then_the_finalizer() -> None:
-    deleting = make_attachment(uid="ea-a", deleting=True)
-    deleting["metadata"]["finalizers"] = [controller.FINALIZER]
-    ours = svc(service_name("db-public"), owner=deleting)
-    caches = caches_of(
-        *RESOLVED, put("attachment", deleting), put("service", ours), put("allocation", ALLOC_A)
-    )
-    writer = RecordingWriter(caches)
-    reconciler = controller.AttachmentReconciler(World(caches), writer)  # type: ignore[arg-type]
-    assert await reconciler.reconcile(KA) == Result()
-    # The Service is asked to go; the address stays held until the Service is seen gone.
-    assert writer.calls == [("delete", "services", service_name("db-public"))]
-    assert caches.store(KINDS["allocation"]).get(("", "203.0.113.10")) is not None
+    running, writer, caches, clock = reconciler(*RESOLVED, put("attachment", A), put("claim", MINTED))
+    await running.reconcile(KA)
     writer.calls.clear()
-    caches.store(KINDS["service"]).delete((NS, service_name("db-public")))  # its deletion event
-    assert await reconciler.reconcile(KA) == Result()
-    assert writer.calls == [
-        ("delete", "ipaddressallocations", "203.0.113.10"),
-        ("unfinalize", "endpointattachments", "db-public"),
+    clock.now += controller.STATUS_HOLD_SECONDS
+    result = await running.reconcile(KA)
+    assert writer.calls == [("status", "endpointattachments", "db-public")]
+    assert stored_provisioned(caches) == ("False", REASON_WAITING_FOR_ADDRESS)
+    assert result.requeue_after is not None, "the announce deadline is re-checked"
+
+
+async def test_a_pass_waits_while_the_substrate_s_cache_catches_up() -> None:
+    running, writer, _, _ = reconciler(
+        *RESOLVED, put("attachment", A), *[put("crd", make_crd(r)) for r in SUBSTRATE], unserved=SUBSTRATE
+    )
+    assert await running.reconcile(KA) == Result(requeue_after=controller.CATCH_UP_SECONDS)
+    assert writer.calls == []
+
+
+async def test_finalizing_deletes_our_service_then_the_finalizer_and_never_the_claim() -> None:
+    deleting = make_attachment(uid="ea-a", deleting=True, finalizers=[FINALIZER])
+    running, writer, caches, _ = reconciler(
+        *RESOLVED, put("attachment", deleting), put("service", OURS_A), put("claim", MINTED)
+    )
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == [("delete", "services", "db-public-x7ktq")]
+    writer.calls.clear()
+    assert await running.reconcile(KA) == Result()  # woken by the Service's deletion (owns)
+    assert writer.calls == [("unfinalize", "endpointattachments", "db-public")]
+    assert caches.store(CLAIMS).get(key_of(MINTED)) is not None, "left to garbage collection"
+
+
+async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_delete() -> None:
+    cozy = RenderSettings(proxy_name="cozy-proxy")
+    v_claim = make_claim("vm1-public-abcde", owner=V)
+    steps: list[Step] = [
+        put("attachment", V),
+        put(
+            "helmrelease",
+            make_helmrelease(
+                "vm-vm1", labels=lineage_labels(kind="VMInstance", name="vm1", tenant_facing=False)
+            ),
+        ),
+        put("service", make_service("vm-vm1", labels=VM_APP, selector=VM_SELECTOR, ports=[{"port": 22}])),
+        put("claim", v_claim),
+        put("class", make_class()),
+        put("pod", make_pod("virt-launcher", labels=VM_SELECTOR)),
+        put("slice", make_endpointslice("vm-vm1")),
     ]
-    assert caches.store(KINDS["allocation"]).get(("", "203.0.113.10")) is None  # forgotten at once
-
-
-async def test_a_pass_that_does_not_settle_asks_to_run_again() -> None:
-    """Every mint loses its race (the allocation appears held by another): after the bounded rounds
-    the pass yields its worker and asks for another pass, with backoff."""
-    caches = caches_of(*RESOLVED, put("attachment", A))
-    writer = RecordingWriter(caches)
-
-    async def lose(resource: Resource, body: Mapping[str, Any]) -> Obj:
-        writer.calls.append(("create", resource.plural, body["metadata"]["name"]))
-        other = {**body, "spec": {**body["spec"], "holder": {**body["spec"]["holder"], "uid": "another"}}}
-        return writer._answer(resource, other)
-
-    writer.create = lose  # type: ignore[method-assign]
-    reconciler = controller.AttachmentReconciler(World(caches), writer)  # type: ignore[arg-type]
-    assert await reconciler.reconcile(KA) == Result(requeue=True)
-    assert [c[0] for c in writer.calls].count("create") == controller.MAX_ROUNDS_PER_PASS
-
-
-async def test_a_claim_pass_mints_then_reports_bound_in_one_pass() -> None:
-    claim = make_claim("fresh", address=None, phase=None)
-    caches = caches_of(*RESOLVED, put("claim", claim))
-    writer = RecordingWriter(caches)
-    reconciler = controller.ClaimReconciler(World(caches), writer)  # type: ignore[arg-type]
-    assert await reconciler.reconcile((NS, "fresh")) == Result()
-    verbs = [(verb, plural) for verb, plural, _ in writer.calls]
-    assert verbs == [
-        ("finalizer", "ipaddressclaims"),
-        ("create", "ipaddressallocations"),
-        ("status", "ipaddressclaims"),
-    ]
-
-
-async def test_the_class_status_counts_its_allocations() -> None:
-    caches = caches_of(put("class", make_class()), put("allocation", ALLOC_A), put("allocation", ALLOC_11))
-    writer = RecordingWriter(caches)
-    reconciler = controller.ClassReconciler(World(caches), writer)  # type: ignore[arg-type]
-    assert await reconciler.reconcile(("", "public-v4")) == Result()
-    assert writer.calls == [("status", "ipaddressclasses", "public-v4")]
+    running, writer, caches, _ = reconciler(*steps, settings=cozy)
+    await running.reconcile(KV)  # creates the Service
+    name = next(c[2] for c in writer.calls if c[:2] == ("create", "services"))
+    announce(caches, name)
+    caches.store(KINDS["endpoints"]).upsert(make_endpoints(name))
+    writer.calls.clear()
+    await running.reconcile(KV)
+    assert ("patch", "services", name) in writer.calls
+    touched = caches.store(KINDS["service"]).get((NS, name)) or {}
+    assert touched["metadata"]["annotations"][PROGRAMMED_ANNOTATION] == programmed_token(ADDRESS, "pod-uid-1")
+    writer.calls.clear()
+    await running.reconcile(KV)
+    assert writer.calls == [], "touched once"
+    # the chart exposes the VM itself: ours loses the pod, is withdrawn, and the chart's is re-programmed
+    caches.store(KINDS["service"]).upsert(CHART)
+    writer.calls.clear()
+    await running.reconcile(KV)
+    assert writer.calls[:2] == [("delete", "services", name), ("patch", "services", "vm1-chart")]
+    chart = caches.store(KINDS["service"]).get((NS, "vm1-chart")) or {}
+    assert chart["metadata"]["annotations"][REPROGRAM_ANNOTATION].startswith(f"{NS}/{name}/")

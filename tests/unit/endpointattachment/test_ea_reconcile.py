@@ -13,6 +13,8 @@ from typing import Any
 
 import jsonpatch
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
 from operators.endpointattachment.api import (
     ATTACHMENT_LABEL,
@@ -57,6 +59,7 @@ from operators.endpointattachment.reconcile import (
     PassContext,
     Plan,
     ServiceAction,
+    claim_addresses,
     reconcile,
     refusal_of,
 )
@@ -363,6 +366,75 @@ def test_resolved_with_no_claim_mints_one_and_renders_nothing(
     assert plan.mint["metadata"]["ownerReferences"] == controlled_by(attachment)
     assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
     assert plan.status["claimName"] is None, "no claim name before the claim exists"
+
+
+@pytest.mark.parametrize(
+    ("build", "reason"),
+    [
+        pytest.param(
+            lambda: observe(endpoint=make_service(selector={})), REASON_NOTHING_TO_PUBLISH, id="no selector"
+        ),
+        pytest.param(
+            lambda: observe(endpoint=make_service(type_="ExternalName")),
+            REASON_NOTHING_TO_PUBLISH,
+            id="ExternalName",
+        ),
+        pytest.param(
+            lambda: observe(endpoint=make_service(ports=[])), REASON_NOTHING_TO_PUBLISH, id="no port"
+        ),
+        pytest.param(
+            lambda: vm_observe(settings=RenderSettings()),
+            REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+            id="datapath off",
+        ),
+        pytest.param(
+            lambda: vm_observe(
+                attachment=make_attachment(
+                    "vm1-public",
+                    app_kind="VMInstance",
+                    app_name="vm1",
+                    endpoint="vm-vm1",
+                    method="WholeIP",
+                    family="Dual",
+                )
+            ),
+            REASON_DATAPATH_CONTRACT_UNAVAILABLE,
+            id="a VM mode asking for Dual",
+        ),
+        pytest.param(
+            lambda: vm_observe(
+                "PortList",
+                attachment=make_attachment(
+                    "vm1-public",
+                    app_kind="VMInstance",
+                    app_name="vm1",
+                    endpoint="vm-vm1",
+                    method="PortList",
+                    ports=[22],
+                ),
+                endpoint=vm_endpoint(
+                    ports=[{"name": "ssh", "protocol": "TCP", "port": 22, "targetPort": 2222}]
+                ),
+            ),
+            REASON_RENDER_FAILED,
+            id="PortList needing translation",
+        ),
+        pytest.param(
+            lambda: vm_observe(
+                attachment=make_attachment(
+                    "vm1-public", app_kind="VMInstance", app_name="vm1", endpoint="vm-vm1"
+                ),
+                substrate=False,
+            ),
+            REASON_NOTHING_TO_PUBLISH,
+            id="a VM's sentinel alone, said before the substrate's absence",
+        ),
+    ],
+)
+def test_no_address_is_drawn_for_what_cannot_be_published(build: Callable[[], Observed], reason: str) -> None:
+    plan = reconcile(dataclasses.replace(build(), claim=None, addresses=[]))
+    assert condition(plan, PROVISIONED) == (FALSE, reason)
+    assert plan.mint is None
 
 
 def test_a_minted_claim_is_not_minted_again() -> None:
@@ -836,6 +908,25 @@ def test_the_class_s_load_balancer_class_is_rendered_before_the_service_exists()
     assert plan.service["spec"]["loadBalancerClass"] == "metallb"
 
 
+def test_no_service_before_the_claim_s_class_is_seen() -> None:
+    """The claim's binding and its class come on separate watches: a Service created before the
+    class is read would keep the wrong loadBalancerClass for good."""
+    plan = reconcile(observe(claim_class=None))
+    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert "IPAddressClass public is not found" in message(plan)
+    assert (plan.service_action, plan.service, plan.mint) == (ServiceAction.NONE, None, None)
+
+
+@pytest.mark.parametrize("load_balancer_class", [None, "metallb"])
+def test_a_class_gone_after_rendering_leaves_the_live_service_as_it_is(
+    load_balancer_class: str | None,
+) -> None:
+    live = attached(observe(claim_class=make_class(load_balancer_class=load_balancer_class)))
+    plan = reconcile(dataclasses.replace(live, claim_class=None))
+    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert (plan.service_action, plan.service_patch) == (ServiceAction.NONE, None)
+
+
 # --- detach, incarnation, stamps ---------------------------------------------------------------------
 
 
@@ -1092,3 +1183,98 @@ def test_malformed_objects_around_never_raise() -> None:
         dataclasses.replace(attached(), rendered_endpoints={"subsets": [{"addresses": [{}]}]}),
     ):
         reconcile(observed, PassContext(now=T0))
+
+
+# --- over any world: the status is a projection of the conditions, and a settled pass is quiet ------
+
+ANY_HELMRELEASE = st.sampled_from([make_helmrelease(), make_helmrelease(uid="hr-uid-2"), None])
+ANY_ENDPOINT = st.sampled_from(
+    [
+        make_service(),
+        make_service(selector={}),
+        make_service(labels=OTHER_APP),
+        make_service(ports=TWO_PORTS),
+        None,
+    ]
+)
+ANY_CLAIM = st.sampled_from(
+    [
+        make_claim(),
+        make_claim(phase="Pending", addresses=()),
+        make_claim(family="Dual", addresses=(ADDRESS, ADDRESS_V6)),
+        None,
+    ]
+)
+ANY_ATTACHMENT = st.sampled_from(
+    [
+        make_attachment(),
+        make_attachment(owner_uid=None),
+        make_attachment(ports=[9187]),
+        make_attachment(family="Dual"),
+    ]
+)
+
+
+@given(
+    attachment=ANY_ATTACHMENT,
+    helmrelease=ANY_HELMRELEASE,
+    endpoint=ANY_ENDPOINT,
+    claim=ANY_CLAIM,
+    substrate=st.booleans(),
+    rendered=st.booleans(),
+    announced=st.booleans(),
+    in_use=st.booleans(),
+    seconds=st.integers(min_value=0, max_value=120),
+)
+def test_any_world(
+    attachment: dict[str, Any],
+    helmrelease: dict[str, Any] | None,
+    endpoint: dict[str, Any] | None,
+    claim: dict[str, Any] | None,
+    substrate: bool,
+    rendered: bool,
+    announced: bool,
+    in_use: bool,
+    seconds: int,
+) -> None:
+    observed = observe(
+        attachment=attachment, helmrelease=helmrelease, endpoint=endpoint, claim=claim, substrate=substrate
+    )
+    if rendered:
+        ingress = tuple(claim_addresses(claim)) if announced and claim is not None else ()
+        service = as_stored(previously_rendered(), ingress=ingress)
+        observed = dataclasses.replace(observed, services=[service])
+    if in_use:
+        observed = dataclasses.replace(
+            observed,
+            addresses=[make_ip_address(associated_to=(NAMESPACE, "legacy-lb"))],
+            claim_users=[LEGACY],
+        )
+    context = PassContext(now=T0 + timedelta(seconds=seconds))
+    plan = reconcile(observed, context)
+    resolved, provisioned = (c for c in plan.conditions)
+    phase = plan.status["phase"]
+    assert (phase == PHASE_ATTACHED) is (resolved.status == TRUE and provisioned.status == TRUE)
+    assert (phase == PHASE_DETACHED) is (provisioned.reason == REASON_ENDPOINT_DETACHED)
+    assert provisioned.reason in PROVISIONED_REASONS
+    assert resolved.reason in RESOLVED_REASONS
+    if resolved.status != TRUE:
+        assert plan.mint is None, "nothing is minted before Resolved"
+        assert plan.service_action in (ServiceAction.NONE, ServiceAction.DELETE)
+    if plan.service_action is ServiceAction.CREATE:
+        assert claim is not None
+        assert claim_addresses(claim), "no Service before the claim is Bound"
+    if plan.status["serviceName"] is not None:
+        assert plan.service_action is not ServiceAction.DELETE
+    if plan.service_action in (ServiceAction.NONE, ServiceAction.PATCH) and plan.mint is None:
+        settled = settle(observed, plan)
+        if plan.service_action is ServiceAction.PATCH:
+            return  # the Service changes: the next pass reads the API's answer
+        assert_quiet(reconcile(settled, context), settled)
+
+
+def previously_rendered() -> dict[str, Any]:
+    """The Service a previous pass created (in the default world)."""
+    service = reconcile(observe()).service
+    assert service is not None
+    return dict(service)

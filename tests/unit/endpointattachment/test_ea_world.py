@@ -4,74 +4,79 @@ invariant, over stores built with the indexes ``build`` declares; who a change w
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 import pytest
 
-from operators.endpointattachment.constants import ENDPOINT_ATTACHMENT_KIND, IP_ADDRESS_CLAIM_KIND
+from operators.endpointattachment.api import (
+    ADDRESSES,
+    CLAIM_ANNOTATION,
+    CLAIMS,
+    CLASSES,
+    SERVICE_PROXY_NAME_LABEL,
+)
 from operators.endpointattachment.datapath import AttachmentRank, ProxiedService, rank_of, uncached_rank
-from operators.endpointattachment.render import service_name
+from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import (
     BY_CLAIM,
     BY_ENDPOINT,
+    CACHES,
     INDEXERS,
     RESOURCES,
+    SUBSTRATE,
     World,
     slim,
+    slim_pod,
 )
-from shared.ownership import owner_reference
 from shared.runtime.cache import Obj
+from shared.runtime.served import CRDS
 from tests.ea_builders import (
-    CREATED,
+    CLAIM,
     NAMESPACE,
-    lineage_labels,
-    make_allocation,
+    controlled_by,
     make_attachment,
     make_claim,
     make_class,
+    make_endpoints,
     make_endpointslice,
     make_helmrelease,
+    make_ip_address,
+    make_pod,
     make_service,
-    make_serviceproxy,
 )
-from tests.ea_caches import KINDS, Step, drop, put, world_of
+from tests.ea_caches import KINDS, Step, drop, make_crd, put, world_of
 
 Probe = Callable[[World], object]
 NS, OTHER_NS = NAMESPACE, "tenant-b"
-PROXIED = {"service.kubernetes.io/service-proxy-name": "cozy-proxy"}
-VM_APP = lineage_labels(kind="VirtualMachine", name="vm1")
+COZY = RenderSettings(proxy_name="cozy-proxy")
+PROXIED = {SERVICE_PROXY_NAME_LABEL: "cozy-proxy"}
+SELECTOR = {"app": "db", "role": "primary"}  # every builder Service's
 A = make_attachment(uid="ea-a")
-V = make_attachment("db-vm", uid="ea-v", endpoint="vm-svc", class_name="private-v4", mode="WholeIP")
-KA = (NS, "db-public")
-VIP = make_claim("vip", class_name="private-v4")
-NS_OBJ = {"metadata": {"name": NS, "labels": {"team": "a"}}}
-NOBODY = {**A, "metadata": {"name": "nobody", "uid": "x"}}  # an attachment not cached
-POD = {"metadata": {"name": "vm", "namespace": NS, "uid": "pod-uid-2", "labels": {"app": "db"}}}
+B = make_attachment("db-held", uid="ea-b", endpoint="postgres-db-ro", claim_name="held-ip")
+V = make_attachment("db-vm", uid="ea-v", method="WholeIP")
+KA, KB, KV = (NS, "db-public"), (NS, "db-held"), (NS, "db-vm")
+NOBODY = {**A, "metadata": {"name": "nobody", "namespace": NS, "uid": "x"}}  # an attachment not cached
 DEPLOYMENT = {"apiVersion": "apps/v1", "kind": "Deployment", "metadata": {"name": "d", "uid": "d-uid"}}
+MINTED = make_claim(owner=A)
+MINTED_LATER = make_claim("db-public-zzzzz", owner=A, created="2024-01-01T00:00:09Z")
+HELD = make_claim("held-ip")
 
 
-def held(holder: Obj) -> Probe:
-    return lambda world: world.held_address(holder)
-
-
-def controlled_by(owner: Obj) -> list[dict[str, Any]]:
-    return [owner_reference(owner, controller=True, block_owner_deletion=True)]
-
-
-def svc(name: str, labels: Mapping[str, str] | None = None, owner: Obj | None = None) -> Obj:
+def svc(name: str, owner: Obj | None = None, **changes: Any) -> Obj:
     """A Service without lineage labels, controlled by ``owner`` if given."""
-    return make_service(name, labels=labels or {}, owner_references=controlled_by(owner) if owner else ())
-
-
-def held_by(attachment: Obj) -> tuple[str, str, str, str]:
-    metadata = attachment["metadata"]
-    return ENDPOINT_ATTACHMENT_KIND, metadata["namespace"], metadata["name"], metadata["uid"]
+    changes.setdefault("labels", {})
+    return make_service(name, owner_references=controlled_by(owner) if owner else (), **changes)
 
 
 def test_every_cached_kind_has_a_short_name_and_every_index_a_cached_kind() -> None:
-    assert set(KINDS.values()) == set(RESOURCES)
+    assert set(KINDS.values()) == {*RESOURCES, CRDS}
     assert set(INDEXERS) <= set(RESOURCES)
+    assert {c.resource for c in CACHES} == {*RESOURCES, CRDS}
+
+
+def test_only_the_substrate_s_kinds_are_optional() -> None:
+    assert {c.resource for c in CACHES if c.optional} == set(SUBSTRATE) == {CLAIMS, CLASSES, ADDRESSES}
 
 
 def test_slim_drops_managed_fields_only() -> None:
@@ -85,21 +90,32 @@ def test_slim_drops_managed_fields_only() -> None:
     assert slim(plain) is plain
 
 
+def test_slim_pod_keeps_what_exclusivity_reads() -> None:
+    pod = make_pod()
+    pod["spec"] = {"containers": [{"name": "c"}]}
+    pod["metadata"]["annotations"] = {"big": "x" * 1000}
+    assert slim_pod(pod) == {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            k: pod["metadata"][k] for k in ("name", "namespace", "uid", "resourceVersion", "labels")
+        },
+        "status": {"phase": "Running"},
+    }
+
+
 # --- indexes follow updates ------------------------------------------------------------------------
 
-MOVED = make_attachment(uid="ea-a", endpoint="postgres-db-ro", claim_name="vip")
-MOVE = [put("claim", VIP), put("attachment", A), put("attachment", MOVED)]
+MOVED = make_attachment(uid="ea-a", endpoint="postgres-db-ro", claim_name="held-ip")
+MOVE = [put("attachment", A), put("attachment", MOVED)]
 GONE = [*MOVE, put("attachment", V), drop("attachment", MOVED), drop("attachment", V)]
+OURS = svc("db-public-x7ktq", A, annotations={CLAIM_ANNOTATION: CLAIM})
+OURS_LATER = svc("db-public-yyyyy", A, created="2024-01-01T00:00:05Z")
+ORPHANED = svc("db-public-x7ktq", annotations={CLAIM_ANNOTATION: "held-ip"})  # lost its reference
+LABELLED = svc("db-public-fake", labels={"cozystack.io/endpoint-attachment": "db-public"})
+OLD_INCARNATION = svc("db-public-old", {**A, "metadata": {**A["metadata"], "uid": "ea-old"}})
+LEGACY = svc("legacy-lb", annotations={CLAIM_ANNOTATION: CLAIM})
 S1, S1_MOVED = make_endpointslice(name="s1"), make_endpointslice("other", name="s1")
-CHART_PROXY = make_service("chart-proxy", labels=PROXIED)
-ALLOC_A = make_allocation(holder=held_by(A))
-ALLOC_11 = make_allocation("203.0.113.11", holder=None)
-ALLOC_12 = make_allocation("203.0.113.12", holder=held_by(A))
-BOGUS = {**ALLOC_11, "spec": {"address": "not-an-address", "className": "public-v4"}}
-CLAIM_ALLOC = make_allocation(holder=(IP_ADDRESS_CLAIM_KIND, NS, "my-ip", "claim-uid-my-ip"))
-MINE, ELEVEN = put("allocation", ALLOC_A), put("allocation", ALLOC_11)
-NO_UID = {**A, "metadata": {"name": "db-public", "namespace": NS}}
-HOLDERS = {"ea-a": ("EndpointAttachment", NS, "db-public"), "claim-uid-vip": ("IPAddressClaim", NS, "vip")}
 
 
 def users_of_endpoint(name: str) -> Probe:
@@ -110,163 +126,363 @@ def users_of_claim(name: str) -> Probe:
     return lambda world: world.attachments.index_keys(BY_CLAIM, (NS, name))
 
 
+def names(objects: list[Obj]) -> list[str]:
+    return [o["metadata"]["name"] for o in objects]
+
+
 @pytest.mark.parametrize(
     ("steps", "probe", "expected"),
     [
         (MOVE, users_of_endpoint("postgres-db-ro"), {KA}),
         (MOVE, users_of_endpoint("postgres-db-rw"), set()),
-        (MOVE, users_of_claim("vip"), {KA}),
-        (MOVE, lambda world: world.of_class("private-v4"), {KA}),  # through its claim's class
-        (MOVE, lambda world: world.of_class("public-v4"), set()),
-        ([*MOVE, put("attachment", A)], users_of_claim("vip"), set()),
+        (MOVE, users_of_claim("held-ip"), {KA}),
+        ([*MOVE, put("attachment", A)], users_of_claim("held-ip"), set()),
         (GONE, users_of_endpoint("postgres-db-ro"), set()),
-        (GONE, users_of_claim("vip"), set()),
-        (GONE, lambda world: world.of_class("private-v4"), set()),
+        (GONE, users_of_claim("held-ip"), set()),
         (GONE, World.in_vm_mode, set()),
         (GONE, lambda world: world.observe(KA), None),
-        (GONE, World.live_holders, {"claim-uid-vip": HOLDERS["claim-uid-vip"]}),
-        ([put("attachment", A), put("claim", VIP)], World.live_holders, HOLDERS),
-        ([put("attachment", NO_UID)], World.live_holders, {}),
-        ([put("attachment", A), put("attachment", V)], World.in_vm_mode, {(NS, "db-vm")}),
-        ([put("attachment", A)], lambda world: world.attachment_with_uid(NS, "ea-a"), A),
-        ([put("attachment", A)], lambda world: world.attachment_with_uid(OTHER_NS, "ea-a"), None),
-        ([put("slice", S1), put("slice", S1_MOVED)], lambda world: world.slices_of(NS, "postgres-db-rw"), []),
-        ([put("slice", S1), put("slice", S1_MOVED)], lambda world: world.slices_of(NS, "other"), [S1_MOVED]),
-        ([put("slice", S1), drop("slice", S1)], lambda world: world.slices_of(NS, "postgres-db-rw"), []),
-        ([put("service", CHART_PROXY), put("service", svc("chart-proxy"))], World.proxied_services, []),
-        ([put("service", CHART_PROXY), drop("service", CHART_PROXY)], World.proxied_services, []),
-        ([put("namespace", NS_OBJ)], lambda world: world.namespace_labels(NS), {"team": "a"}),
-        ([put("namespace", NS_OBJ), drop("namespace", NS_OBJ)], lambda world: world.namespace_labels(NS), {}),
-        ([put("class", make_class())], lambda world: world.address_class("public-v4"), make_class()),
-        ([put("class", make_class())], lambda world: world.address_class(None), None),
-        ([MINE, ELEVEN], World.taken_addresses, {"203.0.113.10", "203.0.113.11"}),
-        ([MINE, ELEVEN, drop("allocation", ALLOC_A)], World.taken_addresses, {"203.0.113.11"}),
-        ([put("allocation", make_allocation("2001:DB8:0::1"))], World.taken_addresses, {"2001:db8::1"}),
-        ([ELEVEN, put("allocation", BOGUS)], World.taken_addresses, set()),  # unreadable: holds nothing
-        ([MINE, ELEVEN], lambda world: world.allocations_of_class("public-v4"), [ALLOC_A, ALLOC_11]),
-        ([MINE], held(A), "203.0.113.10"),
-        ([MINE, put("allocation", make_allocation(holder=held_by(V)))], held(A), None),
-        ([MINE, put("allocation", make_allocation(holder=held_by(V)))], held(V), "203.0.113.10"),
-        ([MINE, drop("allocation", ALLOC_A)], held(A), None),
-        ([MINE], lambda world: world.held_allocation(A), ALLOC_A),
-        ([ELEVEN], held(A), None),  # held by no one
-        ([put("allocation", CLAIM_ALLOC)], held(make_claim()), "203.0.113.10"),
-        ([MINE], held(NO_UID), None),
-        ([MINE, put("allocation", ALLOC_12)], lambda world: world.surplus_allocations(A), [ALLOC_12]),
+        ([put("attachment", A), put("attachment", V)], World.in_vm_mode, {KV}),
+        # services_of / claims_of: by controller UID only, oldest first
+        (
+            [put("service", OURS_LATER), put("service", OURS)],
+            lambda w: names(w.services_of(A)),
+            [OURS["metadata"]["name"], "db-public-yyyyy"],
+        ),
+        ([put("service", OURS), put("service", ORPHANED)], lambda w: w.services_of(A), []),
+        ([put("service", LABELLED)], lambda w: w.services_of(A), []),
+        ([put("service", OLD_INCARNATION)], lambda w: w.services_of(A), []),
+        ([put("service", OURS)], lambda w: w.services_of(NOBODY), []),
+        (
+            [put("claim", MINTED_LATER), put("claim", MINTED)],
+            lambda w: names(w.claims_of(A)),
+            [CLAIM, "db-public-zzzzz"],
+        ),
+        ([put("claim", HELD)], lambda w: w.claims_of(A), []),
+        # claim_for: referenced by name (owned ones are surplus), else the oldest minted
+        (
+            [put("claim", MINTED_LATER), put("claim", MINTED)],
+            lambda w: names([w.claim_for(A)[0] or {}]),
+            [CLAIM],
+        ),
+        (
+            [put("claim", MINTED_LATER), put("claim", MINTED)],
+            lambda w: names(w.claim_for(A)[1]),
+            ["db-public-zzzzz"],
+        ),
+        ([], lambda w: w.claim_for(A), (None, [])),
+        ([put("claim", HELD)], lambda w: w.claim_for(B), (HELD, [])),
+        ([put("claim", make_claim("held-ip", namespace=OTHER_NS))], lambda w: w.claim_for(B), (None, [])),
+        # the claim's addresses, users and class
+        (
+            [
+                put("address", make_ip_address()),
+                put("address", make_ip_address("203.0.113.8", claim=(NS, "x"))),
+            ],
+            lambda w: names(w.addresses_of(MINTED)),
+            ["203.0.113.7"],
+        ),
+        ([put("address", make_ip_address())], lambda w: w.addresses_of(None), []),
+        (
+            [put("service", OURS), put("service", LEGACY)],
+            lambda w: names(w.claim_users(MINTED, A)),
+            ["legacy-lb"],
+        ),
+        ([put("service", LEGACY), drop("service", LEGACY)], lambda w: w.claim_users(MINTED, A), []),
+        ([put("class", make_class())], lambda w: w.class_of(MINTED), make_class()),
+        (
+            [put("class", make_class("spec-only"))],
+            lambda w: w.class_of(make_claim(class_name="spec-only", phase=None)),
+            make_class("spec-only"),
+        ),
+        (
+            [put("class", make_class()), put("class", make_class("other"))],
+            lambda w: w.class_of(make_claim(class_name="other")),
+            make_class(),
+        ),
+        ([put("class", make_class())], lambda w: w.class_of(None), None),
+        # who a claim concerns: its referrers, and the attachment controlling it (cached, same UID)
+        (
+            [put("attachment", A), put("attachment", B), put("claim", HELD)],
+            lambda w: w.attachments_using((NS, "held-ip")),
+            {KB},
+        ),
+        ([put("attachment", A), put("claim", MINTED)], lambda w: w.attachments_using((NS, CLAIM)), {KA}),
+        ([put("claim", MINTED)], lambda w: w.attachments_using((NS, CLAIM)), set()),
+        (
+            [put("attachment", {**A, "metadata": {**A["metadata"], "uid": "ea-new"}}), put("claim", MINTED)],
+            lambda w: w.attachments_using((NS, CLAIM)),
+            set(),
+        ),
+        ([put("attachment", A)], lambda w: w.attachment_controlling(OURS), KA),
+        ([put("attachment", A)], lambda w: w.attachment_controlling(OLD_INCARNATION), None),
+        ([put("attachment", A)], lambda w: w.attachment_controlling(svc("d", DEPLOYMENT)), None),
+        # single objects
+        ([put("helmrelease", make_helmrelease())], lambda w: w.helmrelease_of(A), make_helmrelease()),
+        (
+            [
+                put("helmrelease", make_helmrelease()),
+                put("helmrelease", make_helmrelease("twin", uid="hr-2")),
+            ],
+            lambda w: w.helmrelease_of(A),
+            None,
+        ),
+        ([put("helmrelease", make_helmrelease(namespace=OTHER_NS))], lambda w: w.helmrelease_of(A), None),
+        ([put("service", make_service())], lambda w: w.endpoint_of(A), make_service()),
+        ([put("service", make_service())], lambda w: w.endpoint_of(B), None),
+        ([put("slice", S1), put("slice", S1_MOVED)], lambda w: w.slices_of(NS, "postgres-db-rw"), []),
+        ([put("slice", S1), put("slice", S1_MOVED)], lambda w: w.slices_of(NS, "other"), [S1_MOVED]),
+        (
+            [put("pod", make_pod()), put("pod", make_pod(namespace=OTHER_NS, uid="p2"))],
+            lambda w: names(w.pods_in(NS)),
+            ["db-0"],
+        ),
+        ([put("service", svc("chart", labels=PROXIED))], lambda w: w.is_proxied((NS, "chart")), True),
+        ([put("service", svc("chart"))], lambda w: w.is_proxied((NS, "chart")), False),
+    ],
+)
+def test_indexes_and_queries_follow_upserts_and_deletes(
+    steps: list[Step], probe: Probe, expected: object
+) -> None:
+    assert probe(world_of(*steps)) == expected
+
+
+# --- the substrate coming and going ----------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("crds", "unserved", "served", "catching_up"),
+    [
+        pytest.param(True, (), True, False, id="installed and listed"),
+        pytest.param(False, SUBSTRATE, False, False, id="absent"),
+        pytest.param(True, (CLAIMS,), False, True, id="established, claims not listed yet"),
+        pytest.param(True, SUBSTRATE, False, True, id="established, nothing listed yet"),
+    ],
+)
+def test_substrate_served_and_catching_up(
+    crds: bool, unserved: tuple[Any, ...], served: bool, catching_up: bool
+) -> None:
+    steps = [put("crd", make_crd(r)) for r in SUBSTRATE] if crds else []
+    world = world_of(*steps, unserved=unserved)
+    assert (world.substrate_served(), world.substrate_catching_up()) == (served, catching_up)
+
+
+def test_a_crd_not_yet_established_is_not_catching_up() -> None:
+    world = world_of(put("crd", make_crd(CLAIMS, established=False)), unserved=SUBSTRATE)
+    assert not world.substrate_catching_up()
+
+
+def test_observed_says_whether_the_substrate_is_served() -> None:
+    observed = world_of(put("attachment", A), unserved=SUBSTRATE).observe(KA)
+    assert observed is not None
+    assert not observed.substrate
+
+
+# --- the rivals in the VM modes --------------------------------------------------------------------
+
+VM_SELECTOR = {"vm.kubevirt.io/name": "vm1"}
+VM_ENDPOINT = make_service("vm-vm1", selector=VM_SELECTOR, ports=[{"port": 22}])
+VA = make_attachment("vm-a", uid="ea-va", endpoint="vm-vm1", method="WholeIP", created="2024-01-01T00:00:00Z")
+VB = make_attachment(
+    "vm-b", uid="ea-vb", endpoint="vm-vm1", method="PortList", ports=[22], created="2024-01-02T00:00:00Z"
+)
+VM_POD = make_pod("virt-launcher", uid="pod-vm", labels=VM_SELECTOR)
+CHART = svc("vm1-chart", labels=PROXIED, selector=VM_SELECTOR)
+RENDERED_A = svc("vm-a-x7ktq", VA, labels=PROXIED, selector=VM_SELECTOR)
+
+
+def rival(
+    name: str, rank: AttachmentRank | None, uid: str = "", pods: frozenset[str] = frozenset({"pod-vm"})
+) -> ProxiedService:
+    return ProxiedService(NS, name, "cozy-proxy", pods, rank, VM_SELECTOR, uid, "1" if uid else "")
+
+
+@pytest.mark.parametrize(
+    ("steps", "expected"),
+    [
         pytest.param(
-            [MINE, put("allocation", ALLOC_12), drop("allocation", ALLOC_12)],
-            held(A),
-            "203.0.113.10",
-            id="second-allocation-of-one-holder-dropped",
+            [put("service", CHART)], [rival("vm1-chart", None, "svc-uid-vm1-chart")], id="a chart's own"
+        ),
+        pytest.param(
+            [put("attachment", VA), put("service", RENDERED_A)],
+            [rival("vm-a-x7ktq", rank_of(VA), "svc-uid-vm-a-x7ktq")],
+            id="ours, ranked by its attachment, not counted twice",
+        ),
+        pytest.param(
+            [put("service", RENDERED_A)],
+            [rival("vm-a-x7ktq", uncached_rank("vm-a", NS, "ea-va"), "svc-uid-vm-a-x7ktq")],
+            id="an attachment not cached ranks last",
+        ),
+        pytest.param(
+            [put("attachment", VA)], [rival("", rank_of(VA))], id="a VM-mode attachment not rendered"
+        ),
+        pytest.param(
+            [put("attachment", VA), put("attachment", VB)],
+            [rival("", rank_of(VA)), rival("", rank_of(VB))],
+            id="two not rendered",
+        ),
+        pytest.param(
+            [
+                put(
+                    "attachment",
+                    make_attachment("vm-c", uid="c", endpoint="vm-vm1", method="PortList", ports=[22]),
+                )
+            ],
+            [],
+            id="PortList that needs translation never renders",
+        ),
+        pytest.param(
+            [put("attachment", make_attachment("vm-d", uid="d", endpoint="gone", method="WholeIP"))],
+            [],
+            id="its endpoint unknown",
+        ),
+        pytest.param(
+            [
+                put(
+                    "attachment",
+                    make_attachment("vm-e", uid="e", endpoint="vm-vm1", method="WholeIP", deleting=True),
+                )
+            ],
+            [],
+            id="being deleted",
+        ),
+        pytest.param(
+            [
+                put(
+                    "attachment",
+                    make_attachment("vm-f", OTHER_NS, uid="f", endpoint="vm-vm1", method="WholeIP"),
+                )
+            ],
+            [],
+            id="another namespace",
+        ),
+        pytest.param(
+            [put("service", svc("other", namespace=OTHER_NS, labels=PROXIED))],
+            [],
+            id="a proxied Service of another namespace",
         ),
     ],
 )
-def test_indexes_follow_upserts_and_deletes(steps: list[Step], probe: Probe, expected: object) -> None:
-    found = probe(world_of(*steps))
-    if isinstance(expected, list) and isinstance(found, list):
-        assert sorted(map(repr, found)) == sorted(map(repr, expected))
-    else:
-        assert found == expected
+def test_proxied_services(steps: list[Step], expected: list[ProxiedService]) -> None:
+    translating = make_service("vm-vm1", selector=VM_SELECTOR, ports=[{"port": 22, "targetPort": 2222}])
+    endpoint = translating if any(s[2]["metadata"]["name"] == "vm-c" for s in steps) else VM_ENDPOINT
+    world = world_of(put("service", endpoint), put("pod", VM_POD), *steps, settings=COZY)
+    assert world.proxied_services(NS) == expected
 
 
-def test_taken_addresses_answer_from_the_live_index() -> None:
-    """A view, not a copy: membership follows the allocations as they change, one lookup each."""
-    world = world_of(put("allocation", ALLOC_A))
-    taken = world.taken_addresses()
-    assert "203.0.113.10" in taken
-    assert "203.0.113.11" not in taken
-    world.allocations.upsert(ALLOC_11)
-    assert "203.0.113.11" in taken
-    assert len(taken) == 2
-    world.allocations.delete(("", "203.0.113.10"))
-    assert set(taken) == {"203.0.113.11"}
+def test_without_a_declared_datapath_no_attachment_is_a_rival() -> None:
+    world = world_of(put("service", VM_ENDPOINT), put("attachment", VA), put("service", CHART))
+    assert [r.name for r in world.proxied_services(NS)] == ["vm1-chart"]
+
+
+def test_a_rival_s_pods_include_its_slices() -> None:
+    steps = [
+        put("service", CHART),
+        put("slice", make_endpointslice("vm1-chart", backends=[("pod-x", "10.0.0.9", True)])),
+    ]
+    world = world_of(put("pod", VM_POD), *steps, settings=COZY)
+    assert world.proxied_services(NS)[0].backends == {"pod-vm", "pod-x"}
+
+
+def test_survivors_of_are_the_live_proxied_services_meeting_its_pods() -> None:
+    world = world_of(
+        put("pod", VM_POD),
+        put("attachment", VA),
+        put("service", RENDERED_A),
+        put("service", CHART),
+        put("service", svc("elsewhere", labels=PROXIED, selector={"vm.kubevirt.io/name": "vm2"})),
+        settings=COZY,
+    )
+    assert names(world.survivors_of(RENDERED_A)) == ["vm1-chart"]
+    assert world.survivors_of(svc("plain")) == []
 
 
 # --- what a pass sees ------------------------------------------------------------------------------
 
-PRIVATE = make_class("private-v4", cidrs=["10.0.0.0/24"])
-CHART_SLICE = make_endpointslice("chart-proxy", backends=[("pod-9", "10.244.0.9", True)])
-SELECTOR = {"app": "db", "role": "primary"}  # every builder Service's
-CHART_RANK = ProxiedService(
-    NS, "chart-proxy", "cozy-proxy", frozenset({"pod-9"}), None, SELECTOR, "svc-uid-chart-proxy", "1"
-)
-PORT_LIST = make_attachment(mode="PortList")
-# A VM-mode attachment is a rival under the name it renders, rendered or not, with what its endpoint
-# selects (the default endpoint's slice: pod-uid-1).
-PORT_LIST_RIVAL = ProxiedService(
-    NS, "ea-db-public", "cozy-proxy", frozenset({"pod-uid-1"}), rank_of(PORT_LIST), SELECTOR
-)
-GOES_NOWHERE, USES_VIP = make_attachment(endpoint="gone"), make_attachment(claim_name="vip")
+
+def full_world(*extra: Step) -> World:
+    return world_of(
+        put("attachment", A),
+        put("attachment", V),
+        put("helmrelease", make_helmrelease()),
+        put("service", make_service()),
+        put("service", OURS),
+        put("service", LEGACY),
+        put("claim", MINTED),
+        put("claim", MINTED_LATER),
+        put("class", make_class()),
+        put("address", make_ip_address(associated_to=(NS, OURS["metadata"]["name"]))),
+        put("slice", make_endpointslice()),
+        put("endpoints", make_endpoints(OURS["metadata"]["name"])),
+        put("pod", make_pod()),
+        *extra,
+        settings=COZY,
+    )
 
 
 @pytest.mark.parametrize(
-    ("attachment", "extra", "field", "expected"),
+    ("key", "field", "expected"),
     [
-        (A, [], "endpoint", make_service()),
-        (A, [], "helmrelease", make_helmrelease()),
-        (A, [put("helmrelease", make_helmrelease("twin", uid="hr-2"))], "helmrelease", None),  # ambiguous
-        (A, [put("helmrelease", make_helmrelease(namespace=OTHER_NS))], "helmrelease", make_helmrelease()),
-        (GOES_NOWHERE, [], "helmrelease", None),
-        (GOES_NOWHERE, [], "endpoint_slices", []),
-        (A, [], "address_class", make_class()),
-        (USES_VIP, [put("claim", VIP)], "address_class", PRIVATE),
-        (USES_VIP, [put("claim", VIP)], "claim", VIP),
-        (USES_VIP, [], "address_class", None),
-        (A, [put("claim", make_claim())], "claim", None),
-        (A, [], "service", svc(service_name("db-public"))),
-        (A, [], "endpoint_slices", [make_endpointslice()]),
-        (A, [], "service_proxies", [make_serviceproxy()]),
-        (A, [], "namespace_labels", {"team": "a"}),
-        (A, [], "proxied_services", ()),
-        (PORT_LIST, [], "proxied_services", [CHART_RANK, PORT_LIST_RIVAL]),
-        (PORT_LIST, [put("pod", POD)], "pods", [POD]),
-        (A, [put("pod", POD)], "pods", ()),
-        (A, [ELEVEN], "taken_addresses", {"203.0.113.11"}),
-        (A, [ELEVEN, MINE], "held_address", "203.0.113.10"),
-        (A, [ELEVEN, MINE], "taken_addresses", frozenset()),
+        (KA, "helmrelease", make_helmrelease()),
+        (KA, "endpoint", make_service()),
+        (KA, "substrate", True),
+        (KA, "claim", MINTED),
+        (KA, "surplus_claims", [MINTED_LATER]),
+        (KA, "claim_class", make_class()),
+        (KA, "addresses", [make_ip_address(associated_to=(NS, "db-public-x7ktq"))]),
+        (KA, "services", [OURS]),
+        (KA, "claim_users", [LEGACY]),
+        (KA, "settings", COZY),
+        # Standard mode reads nothing of the VM datapath
+        (KA, "endpoint_slices", ()),
+        (KA, "rendered_endpoints", None),
+        (KA, "rivals", ()),
+        (KA, "pods", ()),
+        # a VM mode does
+        (KV, "endpoint_slices", [make_endpointslice()]),
+        (KV, "pods", [make_pod()]),
+        (KV, "rendered_endpoints", None),  # no Service of its own yet
+        (KV, "claim", None),
+        (KV, "rivals", []),  # its own un-rendered self is never its rival... but is listed for others
     ],
 )
-def test_observe_assembles_the_right_objects(
-    attachment: Obj, extra: list[Step], field: str, expected: object
-) -> None:
-    world = world_of(
-        put("attachment", attachment),
-        *[put("service", s) for s in (make_service(), svc(service_name("db-public")), CHART_PROXY)],
-        *[put("slice", s) for s in (make_endpointslice(), make_endpointslice("unrelated"), CHART_SLICE)],
-        put("helmrelease", make_helmrelease()),
-        put("helmrelease", make_helmrelease("vm1", uid="hr-vm", labels=VM_APP)),
-        put("class", make_class()),
-        put("class", PRIVATE),
-        put("proxy", make_serviceproxy()),
-        put("namespace", NS_OBJ),
-        *extra,
-    )
-    observed = world.observe(KA)
+def test_observe_assembles_the_right_objects(key: tuple[str, str], field: str, expected: object) -> None:
+    world = full_world()
+    observed = world.observe(key)
     assert observed is not None
-    assert observed.attachment is attachment
-    assert getattr(observed, field) == expected
+    found = getattr(observed, field)
+    if field == "rivals" and key == KV:
+        found = [r for r in found if r.attachment is None or r.attachment.uid != "ea-v"]
+    assert found == expected
     assert world.observe((NS, "absent")) is None
 
 
-@pytest.mark.parametrize(
-    ("owner", "expected"),
-    [
-        (A, AttachmentRank(CREATED, "db-public", NS, "ea-a")),
-        # Not cached (another incarnation, or none): from the owner reference, never the oldest.
-        ({**A, "metadata": {"name": "db-public", "uid": "old"}}, uncached_rank("db-public", NS, "old")),
-        (NOBODY, uncached_rank("nobody", NS, "x")),
-        (DEPLOYMENT, None),
-        (None, None),
-    ],
-)
-def test_proxied_services_rank_the_controlling_attachment(
-    owner: Obj | None, expected: AttachmentRank | None
-) -> None:
-    name = service_name("db-public")
-    service, endpoints = svc(name, PROXIED, owner), make_endpointslice(name)
-    world = world_of(put("attachment", A), put("service", service), put("slice", endpoints))
-    assert world.proxied_services() == [
-        ProxiedService(
-            NS, name, "cozy-proxy", frozenset({"pod-uid-1"}), expected, SELECTOR, f"svc-uid-{name}", "1"
-        )
-    ]
+def test_a_vm_mode_pass_reads_its_rendered_service_s_v1_endpoints() -> None:
+    rendered = svc("db-vm-x7ktq", V, labels=PROXIED)
+    world = full_world(put("service", rendered), put("endpoints", make_endpoints("db-vm-x7ktq")))
+    observed = world.observe(KV)
+    assert observed is not None
+    assert observed.rendered_endpoints == make_endpoints("db-vm-x7ktq")
+
+
+def test_a_vm_mode_pass_reads_the_live_service_s_endpoints_not_a_withdrawn_one_s() -> None:
+    """A withdrawn Service can linger (a finalizer) while its successor is rendered: cozy-proxy
+    programs the live one from its own v1 Endpoints."""
+    withdrawn = svc("db-vm-aaaaa", V, labels=PROXIED, deleting=True)
+    successor = svc("db-vm-bbbbb", V, labels=PROXIED, created="2024-01-01T00:01:00Z")
+    world = full_world(
+        put("service", withdrawn),
+        put("service", successor),
+        put("endpoints", make_endpoints("db-vm-aaaaa")),
+        put("endpoints", make_endpoints("db-vm-bbbbb", backends=())),
+    )
+    observed = world.observe(KV)
+    assert observed is not None
+    assert observed.rendered_endpoints == make_endpoints("db-vm-bbbbb", backends=())
+
+
+def test_observe_of_a_uid_less_attachment_owns_nothing() -> None:
+    no_uid = {**A, "metadata": {k: v for k, v in A["metadata"].items() if k != "uid"}}
+    world = full_world(put("attachment", no_uid))
+    observed = world.observe(KA)
+    assert observed is not None
+    assert (observed.services, observed.claim) == ([], None)
