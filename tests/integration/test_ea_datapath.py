@@ -645,3 +645,44 @@ async def test_without_the_datapath_declared_a_method_renders_nothing_and_draws_
         await wait_provisioned(kube, ns, "b-ssh", REASON_BACKEND_ALREADY_DELEGATED)
     # Issue 16: nothing can be published without the declaration, so no address was drawn for it.
     assert drawn == {name: (None, []) for name in drawn}, drawn
+
+
+async def test_the_loser_takes_over_once_the_winner_is_deleted(
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
+) -> None:
+    """Deleting the winning attachment withdraws its Service first (its finalizer), and only then
+    does the loser render: its address reaches the pod, programmed by its own Service, and no
+    address was ever Provisioned on two Services at once (the invariant)."""
+    ns = vm.namespace
+    await vm.setup("198.51.100.176/29")
+    await vm.pod("vm1-launcher", {"vm": "vm1"})
+    pod_ip = await vm.pod_ip("vm1-launcher")
+    async with operator(kube, cluster, tmp_path), invariant(kube, ns, model):
+        await vm.vm_attachment("a-winner")
+        await vm.vm_attachment("b-loser")
+        winner = await wait_provisioned(kube, ns, "a-winner")
+        await wait_provisioned(kube, ns, "b-loser", REASON_BACKEND_ALREADY_DELEGATED)
+        first = first_address(winner)
+        await model.wait_for(lambda m: m.reaches(first or "") == pod_ip, TIMEOUT, "the winner's path")
+        await kube.delete(ATTACHMENTS.path(ns, "a-winner"))
+        await wait_for_object(
+            kube, ATTACHMENTS, "a-winner", lambda o: o is None, namespace=ns, timeout=TIMEOUT
+        )
+        taken = await wait_provisioned(kube, ns, "b-loser")
+        assert "vm1-launcher" in provisioned_message(taken)
+        second, service = first_address(taken), taken["status"]["serviceName"]
+        assert second is not None
+        await model.wait_for(
+            lambda m: m.reaches(second) == pod_ip and m.owner_of(pod_ip) == (ns, service),
+            TIMEOUT,
+            "the path through the former loser's Service",
+        )
+        assert model.reaches(first or "") is None, model.log
+        assert await vm.labelled_services("a-winner") == []
+        # cozy-proxy saw the winner's Service go before it saw the loser's with an address.
+        log = model.log
+        withdrawn = next(
+            i for i, line in enumerate(log) if line.startswith(f"delete {winner['status']['serviceName']}")
+        )
+        rendered = next(i for i, line in enumerate(log) if line.startswith(f"program {service}"))
+        assert withdrawn < rendered, log

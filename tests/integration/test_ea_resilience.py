@@ -94,7 +94,11 @@ NAMESPACE_COUNT: Final = 200
 RELEASES_PER_NAMESPACE: Final = 8
 SERVICES_PER_NAMESPACE: Final = 8
 # Creates in flight at once: enough to keep the API server busy, few enough for 2 shared cores.
-CREATE_CONCURRENCY: Final = 32
+CREATE_CONCURRENCY: Final = 16
+# A create the loaded API server did not answer in time is sent again (a 409 then means the first
+# one landed); after this many attempts the failure is the news.
+CREATE_ATTEMPTS: Final = 3
+CONFLICT: Final = 409
 # The restarts, each a SIGTERM and a new process.
 RESTARTS: Final = 5
 LOAD_PREFIX: Final = "ea-rs"
@@ -227,6 +231,22 @@ def class_body(name: str, cidr: str, *, default: bool = False) -> Obj:
     return address_class_body(name, [cidr], reclaim=DELETE, default=default)
 
 
+async def create_surely(kube: Kube, path: str, body: Obj) -> Obj | None:
+    """Create ``body``; sent again when the API server gave no answer in time (None: a 409 on a
+    retry, the unanswered create had landed)."""
+    for attempt in range(1, CREATE_ATTEMPTS + 1):
+        try:
+            return await kube.create(path, body)
+        except NO_ANSWER:
+            if attempt == CREATE_ATTEMPTS:
+                raise
+        except ApiError as error:
+            if error.status == CONFLICT and attempt > 1:
+                return None
+            raise
+    return None
+
+
 def namespace_body(name: str) -> Obj:
     return {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
 
@@ -262,7 +282,7 @@ async def create_load(kube: Kube, balancer: MetalLB) -> Load:
     spaces = [load_namespace(i) for i in range(NAMESPACE_COUNT)]
 
     def create(path: str, body: Obj) -> Callable[[], Awaitable[object]]:
-        return lambda: kube.create(path, body)
+        return lambda: create_surely(kube, path, body)
 
     await run_bounded(
         [

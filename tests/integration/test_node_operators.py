@@ -172,8 +172,8 @@ async def install_helm(cluster: ClusterInfo, kube: Kube, image: str, home: Path)
     HelmRelease CRD and the address substrate's CRDs (the operator consumes those kinds)."""
     repository, _, tag = image.rpartition(":")
     await apply_all(kube, load("tests/fixtures/helmrelease-crd.yaml"))
-    substrate = sorted((ROOT / "tests" / "fixtures" / "address-substrate").glob("*.yaml"))
-    await apply_all(kube, [doc for path in substrate for doc in load(path)])
+    substrate_crds = sorted((ROOT / "tests" / "fixtures" / "address-substrate").glob("*.yaml"))
+    await apply_all(kube, [doc for path in substrate_crds for doc in load(path)])
     await apply_all(kube, load("config/default/endpointattachment/namespace.yaml"))
     helm = (await run(str(ROOT / "hack" / "build-tool.sh"), "helm")).strip().splitlines()[-1]
     env = {f"HELM_{k}_HOME": str(home / k.lower()) for k in ("CACHE", "CONFIG", "DATA")}
