@@ -30,6 +30,7 @@ from typing import Any
 import pytest
 
 from hack.devcluster import ClusterInfo
+from operators.endpointattachment.api import ADDRESSES, ATTACHMENTS, CLAIMS, CLASSES
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
@@ -69,12 +70,11 @@ from tests.support.substrate import BOUND, REASON_BOUND, substrate
 from tests.support.waiting import eventually, wait_for_object
 
 FIELD_MANAGER = "cozystack-catalogue"
-GROUP_VERSION = "local.sdn.cozystack.io/v1alpha1"
 KINDS: dict[str, Resource] = {
-    "EndpointAttachment": Resource(GROUP_VERSION, "endpointattachments"),
-    "IPAddressClaim": Resource(GROUP_VERSION, "ipaddressclaims"),
-    "IPAddressClass": Resource(GROUP_VERSION, "ipaddressclasses", namespaced=False),
-    "IPAddress": Resource(GROUP_VERSION, "ipaddresses", namespaced=False),
+    "EndpointAttachment": ATTACHMENTS,
+    "IPAddressClaim": CLAIMS,
+    "IPAddressClass": CLASSES,
+    "IPAddress": ADDRESSES,
     "GPUClass": GPUCLASSES,
     "Service": Resource("v1", "services"),
     "Pod": Resource("v1", "pods"),

@@ -35,6 +35,7 @@ from typing import Any, Final
 
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
+from operators.endpointattachment.api import ATTACHMENTS
 from shared.kube import NO_ANSWER, Kube, Obj
 from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
 from tests.ea_builders import for_create, lineage_labels, make_helmrelease
@@ -59,8 +60,6 @@ from tests.support.substrate import (
 from tests.support.substrate import POOLS as POOLS
 from tests.support.waiting import eventually, wait_for_object
 
-GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
-ATTACHMENTS: Final = Resource(GROUP_VERSION, "endpointattachments")
 OPERATOR_NAMESPACE: Final = "cozy-endpointattachment"
 OPERATOR_SERVICE_ACCOUNT: Final = "endpointattachment-operator"
 # The Lease the operator's replicas elect a leader through (its settings' default).
