@@ -256,10 +256,11 @@ def spec_version(pod: Mapping[str, Any]) -> SpecVersion | None:
     metadata = pod.get("metadata")
     if not isinstance(metadata, dict | Mapping):
         return None
-    uid, generation = metadata.get("uid"), metadata.get("generation")
-    if not uid or type(generation) is not int or generation <= 0:
+    generation = metadata.get("generation")
+    if type(generation) is not int or generation <= 0:
         return None
-    return uid, generation
+    uid = metadata.get("uid")
+    return (uid, generation) if uid else None
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:

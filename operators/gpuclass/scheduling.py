@@ -205,25 +205,23 @@ NAME_MEMO_LIMIT: Final = 4_096
 class _Names:
     """What ``wanted`` said of each resource name met so far. A pod event names ~20 resources, cpu
     and memory of every container mostly: a container whose names are all known to be unwanted is
-    passed over in one set comparison, and a lookup costs less than asking ``wanted`` again."""
+    passed over in one set comparison, and a set lookup costs less than asking ``wanted`` again."""
 
-    __slots__ = ("known", "unwanted", "wanted")
+    __slots__ = ("unwanted", "wanted", "wanted_names")
 
     def __init__(self, wanted: Callable[[str], bool]) -> None:
         self.wanted = wanted
-        self.known: dict[str, bool] = {}
+        self.wanted_names: set[str] = set()
         self.unwanted: set[str] = set()
 
-    def __call__(self, name: str) -> bool:
-        known = self.known.get(name)
-        if known is None:
-            if len(self.known) >= NAME_MEMO_LIMIT:
-                self.known.clear()
-                self.unwanted.clear()
-            known = self.known[name] = self.wanted(name)
-            if not known:
-                self.unwanted.add(name)
-        return known
+    def learn(self, name: str) -> bool:
+        """Ask ``wanted`` about a name met for the first time, and remember the answer."""
+        if len(self.wanted_names) + len(self.unwanted) >= NAME_MEMO_LIMIT:
+            self.wanted_names.clear()
+            self.unwanted.clear()
+        answer = self.wanted(name)
+        (self.wanted_names if answer else self.unwanted).add(name)
+        return answer
 
 
 # The names of extended resources, remembered across every pod event of the process.
@@ -303,9 +301,9 @@ def _quantities(
     if not listed or not isinstance(listed, _MAPPING):
         return _NO_AMOUNTS
     amounts: dict[str, Exact] | None = None
-    unwanted = names.unwanted
+    unwanted, wanted = names.unwanted, names.wanted_names
     for name, text in listed.items():
-        if name in unwanted or name in shadowed or not names(name):
+        if name in unwanted or name in shadowed or (name not in wanted and not names.learn(name)):
             continue
         amount = parse_exact(text)
         if amount is None:

@@ -249,5 +249,5 @@ def test_the_name_memo_is_bounded() -> None:
     names = {f"example.com/r{i}": "1" for i in range(NAME_MEMO_LIMIT + 5)}
     pod = make_pod("many-names", containers=[container(requests=names)])
     assert dict(extended_requests(pod).amounts) == dict.fromkeys(names, 1)
-    assert len(scheduling._EXTENDED.known) <= NAME_MEMO_LIMIT
+    assert len(scheduling._EXTENDED.wanted_names) + len(scheduling._EXTENDED.unwanted) <= NAME_MEMO_LIMIT
     assert dict(extended_requests(pod).amounts) == dict.fromkeys(names, 1)
