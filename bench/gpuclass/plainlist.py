@@ -13,7 +13,6 @@ or decide anything.
 from __future__ import annotations
 
 import asyncio
-import inspect
 import json
 import time
 from collections.abc import AsyncIterator
@@ -22,10 +21,10 @@ from typing import Final
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
 from shared.kube import Kube, Obj
 from shared.resources import NODES, PODS
-from shared.runtime.manager import Manager
+from shared.runtime.controller import Cache
 
-# The operator's informers page every LIST at the manager's default page size (GPUClass sets none).
-PAGE_SIZE: Final[int] = inspect.signature(Manager.informer).parameters["page_size"].default
+# The operator's informers page every LIST at a cache's default page size (GPUClass sets none).
+PAGE_SIZE: Final[int] = Cache.page_size
 
 
 async def pages(kube: Kube, path: str, field_selector: str = "") -> AsyncIterator[list[Obj]]:

@@ -17,7 +17,11 @@ Deliberately:
   unbound or finished stores nothing at all, which keeps 150,000 pods cheap;
 * pods bound to a node that does not exist are kept (they count once the node appears) but are
   invisible to every sum over nodes, which only walk existing nodes;
-* a garbage or negative quantity counts 0 and is logged once per (object, resource, text).
+* a garbage or negative quantity counts 0 and is logged once per (object, resource, text);
+* a pod's requests are read from its spec only when the spec is new to the inventory: a pod that
+  contributes remembers the ``spec_version`` (UID, ``metadata.generation``) they were read from, so a
+  later event of the same spec version (a status change: most pod events) takes only the node and
+  phase from the object. A pod without both fields has its spec read on every event.
 
 Does not: decide eligibility for a class, clamp free units, talk to the API or read a clock.
 """
@@ -46,6 +50,8 @@ log = logging.getLogger(__name__)
 Contribution = tuple[str, tuple[tuple[str, int], ...]]
 # What identifies a pod across its events: ``pod_key`` (a string), or the caller's key.
 PodKey = Hashable
+# One version of a pod's spec: (UID, metadata.generation); see ``spec_version``.
+SpecVersion = tuple[object, int]
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,6 +85,9 @@ class Inventory:
         self._requested: dict[str, dict[str, int]] = {}
         # pod key -> its last contribution; pods contributing nothing are absent
         self._pods: dict[PodKey, Contribution] = {}
+        # pod key -> the (uid, generation) its contribution's amounts were read from, for the pods
+        # in ``_pods`` whose metadata has both: a later version with the same pair has the same spec
+        self._spec_versions: dict[PodKey, SpecVersion] = {}
         # object -> the garbage already logged for it, so each is logged once per object life
         self._logged_garbage: dict[Hashable, set[str]] = {}
 
@@ -115,8 +124,20 @@ class Inventory:
         it changed."""
         if key is None:
             key = pod_key(pod)
-        new = self._contribution(pod, key)
         old = self._pods.get(key)
+        node = bound_node(pod)
+        version = spec_version(pod) if node is not None else None
+        if node is None:
+            new = None
+        elif old is not None and version is not None and self._spec_versions.get(key) == version:
+            # The same spec as the contribution was read from: only the node can have moved.
+            new = old if old[0] == node else (node, old[1])
+        else:
+            new = self._contribution(pod, key, node)
+        if new is None or version is None:
+            self._spec_versions.pop(key, None)
+        else:
+            self._spec_versions[key] = version
         if new == old:
             return False
         if old is not None:
@@ -131,6 +152,7 @@ class Inventory:
     def delete_pod(self, key: PodKey) -> bool:
         """Forget a pod by the key it was recorded under; ``True`` when it contributed."""
         self._logged_garbage.pop(key, None)
+        self._spec_versions.pop(key, None)
         old = self._pods.pop(key, None)
         if old is None:
             return False
@@ -188,10 +210,7 @@ class Inventory:
             allocatable[resource] = value or 0
         return NodeState(name, is_ready(node), is_cordoned(node), blocking_taints(node), allocatable)
 
-    def _contribution(self, pod: Mapping[str, Any], key: PodKey) -> Contribution | None:
-        node = bound_node(pod)
-        if node is None:
-            return None
+    def _contribution(self, pod: Mapping[str, Any], key: PodKey, node: str) -> Contribution | None:
         requests = extended_requests(pod)
         if requests.garbage:
             metadata = pod.get("metadata") or {}
@@ -227,6 +246,21 @@ class Inventory:
         if mark not in seen:
             seen.add(mark)
             log.warning("%s: %s is %r, not a non-negative quantity; counting 0", label, resource, text)
+
+
+def spec_version(pod: Mapping[str, Any]) -> SpecVersion | None:
+    """What names one version of a pod's spec: its UID and ``metadata.generation``, which the API
+    server sets on every pod and raises on every change of its spec, resizes included (KEP-5067:
+    Kubernetes 1.33 on, by default since 1.34). ``None`` without either (an older server, a
+    hand-made object): the spec is then read on every event."""
+    metadata = pod.get("metadata")
+    if not isinstance(metadata, dict | Mapping):
+        return None
+    generation = metadata.get("generation")
+    if type(generation) is not int or generation <= 0:
+        return None
+    uid = metadata.get("uid")
+    return (uid, generation) if uid else None
 
 
 def pod_key(pod: Mapping[str, Any]) -> str:

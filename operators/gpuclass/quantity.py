@@ -21,6 +21,8 @@ this module's checks anyway; and on the fold's path (extended resources of pod e
 quantities an event, nearly all ``"1"``) this parser is 2.3 times faster (0.18 µs against 0.42 µs a
 quantity), with no runtime dependency on the whole client (0.3 s of import, 12 more packages). On
 cpu and memory, which the fold never parses, ``parse_quantity`` is the faster (1.17 against 2.05 µs).
+A cluster's quantities are a few distinct texts met again in every event, so ``parse_exact``
+remembers the value of each text it parsed (a bounded memo; values are immutable and shared).
 """
 
 from __future__ import annotations
@@ -67,6 +69,12 @@ _LARGEST_POWER: Final = 19
 _SMALLEST_POWER: Final = -19
 # Digits of a plain whole number that surely fit below MAX_VALUE (the fast path needs no check).
 _FAST_PATH_DIGITS: Final = 18
+# The value of each text parsed so far: a cluster's quantities are a few distinct texts ("1", "2",
+# "500m"), met again in every pod event. Values are immutable (int, Fraction, None), so shared.
+_PARSED: Final[dict[str, Exact | None]] = {}
+# Past this many distinct texts (only malformed objects carry that many) the memo starts over.
+PARSED_MEMO_LIMIT: Final = 4_096
+_UNKNOWN: Final = object()
 
 
 def parse_exact(text: object) -> Exact | None:
@@ -75,9 +83,17 @@ def parse_exact(text: object) -> Exact | None:
     Accepts the ``str`` the API returns, and ``int``/``float`` as hand-written YAML may carry.
     """
     if type(text) is str:  # what the API returns: checked first, pod events are hot
+        known = _PARSED.get(text, _UNKNOWN)
+        if known is not _UNKNOWN:
+            return known  # type: ignore[return-value]  # _UNKNOWN is never stored
         if text.isdigit() and text.isascii() and len(text) <= _FAST_PATH_DIGITS:
-            return int(text)
-        return _parse_general(text)
+            exact: Exact | None = int(text)
+        else:
+            exact = _parse_general(text)
+        if len(_PARSED) >= PARSED_MEMO_LIMIT:
+            _PARSED.clear()
+        _PARSED[text] = exact
+        return exact
     if isinstance(text, bool):
         return None
     if isinstance(text, int):

@@ -185,7 +185,7 @@ def pod_request(pod: Mapping[str, Any], resource: str) -> int:
 
 def extended_requests(pod: Mapping[str, Any]) -> PodRequests:
     """The scheduler's request of ``pod`` for every extended resource it names."""
-    return pod_requests(pod, is_extended_resource)
+    return _pod_requests(pod, _EXTENDED)
 
 
 def pod_requests(pod: Mapping[str, Any], wanted: Callable[[str], bool]) -> PodRequests:
@@ -194,26 +194,67 @@ def pod_requests(pod: Mapping[str, Any], wanted: Callable[[str], bool]) -> PodRe
     Called for every pod event: a pod naming no wanted resource (most pods) gets one shared empty
     result, so the caller stores nothing for it.
     """
+    return _pod_requests(pod, _Names(wanted))
+
+
+# Past this many resource names (only malformed objects name that many) a memo of names starts
+# over: bounded memory.
+NAME_MEMO_LIMIT: Final = 4_096
+
+
+class _Names:
+    """What ``wanted`` said of each resource name met so far. A pod event names ~20 resources, cpu
+    and memory of every container mostly: a container whose names are all known to be unwanted is
+    passed over in one set comparison, and a set lookup costs less than asking ``wanted`` again."""
+
+    __slots__ = ("unwanted", "wanted", "wanted_names")
+
+    def __init__(self, wanted: Callable[[str], bool]) -> None:
+        self.wanted = wanted
+        self.wanted_names: set[str] = set()
+        self.unwanted: set[str] = set()
+
+    def learn(self, name: str) -> bool:
+        """Ask ``wanted`` about a name met for the first time, and remember the answer."""
+        if len(self.wanted_names) + len(self.unwanted) >= NAME_MEMO_LIMIT:
+            self.wanted_names.clear()
+            self.unwanted.clear()
+        answer = self.wanted(name)
+        (self.wanted_names if answer else self.unwanted).add(name)
+        return answer
+
+
+# The names of extended resources, remembered across every pod event of the process.
+_EXTENDED: Final = _Names(is_extended_resource)
+
+
+def _pod_requests(pod: Mapping[str, Any], names: _Names) -> PodRequests:
     spec = pod.get("spec")
     if not isinstance(spec, _MAPPING):
         return _NOTHING
     garbage: list[tuple[str, object]] = []
     total: dict[str, Exact] = {}
     for container in spec.get("containers") or ():
-        _add(total, _container_requests(container, wanted, garbage))
+        requests = _container_requests(container, names, garbage)
+        if requests:
+            _add(total, requests)
 
-    sidecars: dict[str, Exact] = {}  # the sidecars started so far, summed
-    init_peak: dict[str, Exact] = {}
-    for container in spec.get("initContainers") or ():
-        requests = _container_requests(container, wanted, garbage)
-        if isinstance(container, _MAPPING) and container.get("restartPolicy") == SIDECAR_RESTART_POLICY:
-            _add(total, requests)  # a sidecar runs beside the app containers
-            _add(sidecars, requests)
-            _raise_to(init_peak, sidecars)
-        elif requests or sidecars:
-            _raise_to(init_peak, _summed(requests, sidecars))
-    _raise_to(total, init_peak)
-    _add(total, _quantities(spec.get("overhead"), None, wanted, garbage))
+    init_containers = spec.get("initContainers")
+    if init_containers:
+        sidecars: dict[str, Exact] = {}  # the sidecars started so far, summed
+        init_peak: dict[str, Exact] = {}
+        for container in init_containers:
+            requests = _container_requests(container, names, garbage)
+            if isinstance(container, _MAPPING) and container.get("restartPolicy") == SIDECAR_RESTART_POLICY:
+                _add(total, requests)  # a sidecar runs beside the app containers
+                _add(sidecars, requests)
+                _raise_to(init_peak, sidecars)
+            elif requests or sidecars:
+                _raise_to(init_peak, _summed(requests, sidecars))
+        _raise_to(total, init_peak)
+    overhead = spec.get("overhead")
+    if overhead:
+        _add(total, _quantities(overhead, _NO_NAMES, names, garbage))
 
     if not total and not garbage:
         return _NOTHING
@@ -227,40 +268,51 @@ def pod_requests(pod: Mapping[str, Any], wanted: Callable[[str], bool]) -> PodRe
 
 _NOTHING: Final = PodRequests({}, ())
 _NO_NAMES: Final[Mapping[str, object]] = {}
+_NO_AMOUNTS: Final[Mapping[str, Exact]] = {}  # shared, never written: most containers want nothing
 
 
 def _container_requests(
-    container: object, wanted: Callable[[str], bool], garbage: list[tuple[str, object]]
-) -> dict[str, Exact]:
+    container: object, names: _Names, garbage: list[tuple[str, object]]
+) -> Mapping[str, Exact]:
     resources = container.get("resources") if isinstance(container, _MAPPING) else None
     if not resources or not isinstance(resources, _MAPPING):  # `not` first: None skips the ABC check
-        return {}
+        return _NO_AMOUNTS
     requests = resources.get("requests")
-    amounts = _quantities(requests, None, wanted, garbage)
-    # A limit without a request is the request (API defaulting does this for stored pods).
     limits = resources.get("limits")
+    unwanted = names.unwanted
+    no_request = not requests or (type(requests) is dict and requests.keys() <= unwanted)
+    if no_request and (not limits or (type(limits) is dict and limits.keys() <= unwanted)):
+        return _NO_AMOUNTS  # cpu and memory only: nothing to read
+    amounts = _quantities(requests, _NO_NAMES, names, garbage)
+    # A limit without a request is the request (API defaulting does this for stored pods).
     if limits:
-        amounts.update(_quantities(limits, requests, wanted, garbage))
+        shadowed = requests if requests and isinstance(requests, _MAPPING) else _NO_NAMES
+        from_limits = _quantities(limits, shadowed, names, garbage)
+        if from_limits:
+            amounts = {**amounts, **from_limits} if amounts else from_limits
     return amounts
 
 
 def _quantities(
-    listed: object, shadowed: object, wanted: Callable[[str], bool], garbage: list[tuple[str, object]]
-) -> dict[str, Exact]:
-    """The wanted quantities of a resource list, leaving out names ``shadowed`` (a list) has."""
-    amounts: dict[str, Exact] = {}
+    listed: object, shadowed: Mapping[str, object], names: _Names, garbage: list[tuple[str, object]]
+) -> Mapping[str, Exact]:
+    """The wanted quantities of a resource list, leaving out names ``shadowed`` (a list) has; the
+    shared empty result when there are none."""
     if not listed or not isinstance(listed, _MAPPING):
-        return amounts
-    skip = shadowed if shadowed and isinstance(shadowed, _MAPPING) else _NO_NAMES
+        return _NO_AMOUNTS
+    amounts: dict[str, Exact] | None = None
+    unwanted, wanted = names.unwanted, names.wanted_names
     for name, text in listed.items():
-        if name in skip or not wanted(name):
+        if name in unwanted or name in shadowed or (name not in wanted and not names.learn(name)):
             continue
         amount = parse_exact(text)
         if amount is None:
             garbage.append((name, text))
+        elif amounts is None:
+            amounts = {name: amount}
         else:
             amounts[name] = amount
-    return amounts
+    return _NO_AMOUNTS if amounts is None else amounts
 
 
 def _add(into: dict[str, Exact], amounts: Mapping[str, Exact]) -> None:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 from typing import Any
 
@@ -9,9 +10,19 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
-from operators.gpuclass.inventory import Inventory, NodeState, pod_key
+from operators.gpuclass.inventory import Inventory, NodeState, pod_key, spec_version
 from operators.gpuclass.scheduling import Taint
-from tests.gpuclass_builders import H200, L40S, gpu_pod, make_node, make_pod, nodes, pods, taint
+from tests.gpuclass_builders import (
+    H200,
+    L40S,
+    container,
+    gpu_pod,
+    make_node,
+    make_pod,
+    nodes,
+    pods,
+    taint,
+)
 
 
 def _inventory(*objects: dict[str, Any]) -> Inventory:
@@ -126,6 +137,147 @@ def test_upsert_pod_says_whether_its_contribution_changed() -> None:
     assert inventory.upsert_pod(make_pod("cpu", node="n1")) is False
 
 
+def _versioned(pod: dict[str, Any], generation: object, uid: str | None = None) -> dict[str, Any]:
+    """``pod`` with ``metadata.generation`` set (and another UID: a new life under the same name)."""
+    metadata = {**pod["metadata"], "generation": generation}
+    if uid is not None:
+        metadata["uid"] = uid
+    return {**pod, "metadata": metadata}
+
+
+def _on(pod: dict[str, Any], node: str) -> dict[str, Any]:
+    """``pod`` bound to ``node`` instead (hand-made: the API never moves a bound pod)."""
+    return {**pod, "spec": {**pod["spec"], "nodeName": node}}
+
+
+@pytest.mark.parametrize(
+    ("events", "expected"),
+    [
+        # a new spec version is read: a resize raises the generation
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1"), 1),
+                _versioned(gpu_pod("a", H200, 3, node="n1"), 2),
+            ],
+            3,
+        ),
+        # the same spec version is not read again: its requests are the remembered ones...
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1"), 1),
+                _versioned(gpu_pod("a", H200, 3, node="n1"), 1),
+            ],
+            2,
+        ),
+        # ...but the phase is read from every event: finishing releases, a restart of the count adds
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1"), 1),
+                _versioned(gpu_pod("a", H200, 2, node="n1", phase="Failed"), 1),
+            ],
+            0,
+        ),
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1", phase="Pending"), 1),
+                _versioned(gpu_pod("a", H200, 2, node="n1"), 1),
+            ],
+            2,
+        ),
+        # and so is the node
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n2"), 1),
+                _on(_versioned(gpu_pod("a", H200, 2, node="n2"), 1), "n1"),
+            ],
+            2,
+        ),
+        # a new life under the same key (another UID) is read, whatever its generation
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1"), 1),
+                _versioned(gpu_pod("a", H200, 4, node="n1"), 1, uid="another-life"),
+            ],
+            4,
+        ),
+        # without a usable generation every event is read
+        ([gpu_pod("a", H200, 2, node="n1"), gpu_pod("a", H200, 3, node="n1")], 3),
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1"), "1"),
+                _versioned(gpu_pod("a", H200, 3, node="n1"), "1"),
+            ],
+            3,
+        ),
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1"), 0),
+                _versioned(gpu_pod("a", H200, 3, node="n1"), 0),
+            ],
+            3,
+        ),
+        # a version that contributed nothing is remembered as nothing: the next one is read
+        (
+            [
+                _versioned(gpu_pod("a", H200, 2, node="n1", phase="Succeeded"), 1),
+                _versioned(gpu_pod("a", H200, 2, node="n1"), 1),
+            ],
+            2,
+        ),
+        ([_versioned(make_pod("a", node="n1"), 1), _versioned(gpu_pod("a", H200, 1, node="n1"), 1)], 1),
+        # init containers and overhead come with the spec: remembered with it
+        (
+            [
+                _versioned(
+                    make_pod(
+                        "a",
+                        node="n1",
+                        init_containers=[container(requests={H200: "3"})],
+                        containers=[container(requests={H200: "1"})],
+                        overhead={H200: "1"},
+                    ),
+                    1,
+                ),
+                _versioned(make_pod("a", node="n1", phase="Pending"), 1),
+            ],
+            4,
+        ),
+    ],
+)
+def test_a_spec_version_is_read_once(events: list[dict[str, Any]], expected: int) -> None:
+    inventory = Inventory()
+    for event in events:
+        inventory.upsert_pod(event, ("tenant-root", "a"))
+    assert inventory.requested("n1", H200) == expected
+
+
+def test_a_deleted_pods_spec_version_is_forgotten() -> None:
+    inventory = Inventory()
+    key = ("tenant-root", "a")
+    inventory.upsert_pod(_versioned(gpu_pod("a", H200, 2, node="n1"), 1), key)
+    inventory.delete_pod(key)
+    # the same UID and generation with another spec can only be a hand-made object; after a
+    # deletion nothing of the old version is trusted
+    inventory.upsert_pod(_versioned(gpu_pod("a", H200, 5, node="n1"), 1), key)
+    assert inventory.requested("n1", H200) == 5
+
+
+@pytest.mark.parametrize(
+    ("metadata", "expected"),
+    [
+        ({"uid": "u", "generation": 3}, ("u", 3)),
+        ({"uid": "u"}, None),
+        ({"generation": 3}, None),
+        ({"uid": "u", "generation": 0}, None),
+        ({"uid": "u", "generation": True}, None),
+        ({"uid": "u", "generation": 1.0}, None),
+    ],
+)
+def test_spec_version_is_uid_and_a_positive_generation(metadata: dict[str, Any], expected: object) -> None:
+    assert spec_version({"metadata": metadata}) == expected
+    assert spec_version({"metadata": None}) is None
+
+
 def test_garbage_is_logged_once_per_object_and_text(caplog: pytest.LogCaptureFixture) -> None:
     caplog.set_level(logging.WARNING)
     node = make_node("n1", allocatable={H200: "lots"})
@@ -183,6 +335,33 @@ events_strategy = st.lists(
 def test_incremental_inventory_equals_one_built_from_the_final_objects(
     events: list[tuple[str, dict[str, Any]]],
 ) -> None:
+    incremental = Inventory()
+    for op, obj in events:
+        _apply(incremental, op, obj)
+    final_nodes, final_pods = _final_state(events)
+    assert incremental.snapshot() == _inventory(*final_nodes.values(), *final_pods.values()).snapshot()
+
+
+def _with_spec_versions(events: list[tuple[str, dict[str, Any]]]) -> list[tuple[str, dict[str, Any]]]:
+    """The events with a generation on every pod as the API server keeps it: one more for each new
+    spec of a UID, so two versions share a generation exactly when they share a spec."""
+    generations: dict[tuple[str, str], int] = {}
+    latest: dict[str, int] = {}
+    versioned = []
+    for op, obj in events:
+        if obj["kind"] == "Pod":
+            uid = obj["metadata"]["uid"]
+            spec = json.dumps({k: v for k, v in obj["spec"].items() if k != "nodeName"}, sort_keys=True)
+            if (uid, spec) not in generations:
+                generations[uid, spec] = latest[uid] = latest.get(uid, 0) + 1
+            obj = _versioned(obj, generations[uid, spec])
+        versioned.append((op, obj))
+    return versioned
+
+
+@given(events_strategy)
+def test_remembered_spec_versions_end_where_a_rebuild_does(events: list[tuple[str, dict[str, Any]]]) -> None:
+    events = _with_spec_versions(events)
     incremental = Inventory()
     for op, obj in events:
         _apply(incremental, op, obj)

@@ -8,9 +8,11 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from operators.gpuclass import quantity
 from operators.gpuclass.quantity import (
     MAX_TEXT_LENGTH,
     MAX_VALUE,
+    PARSED_MEMO_LIMIT,
     SMALLEST_POSITIVE,
     parse_exact,
     parse_value,
@@ -113,3 +115,20 @@ def test_binary_suffixes_multiply(n: int, suffix: str) -> None:
 def test_any_text_gives_none_or_a_non_negative_number(text: str) -> None:
     value = parse_value(text)
     assert value is None or 0 <= value <= MAX_VALUE
+
+
+@pytest.mark.parametrize(
+    ("text", "exact"), [("1", 1), ("500m", Fraction(1, 2)), ("1k", 1000), ("lots", None)]
+)
+def test_a_remembered_text_gives_what_parsing_it_gave(text: str, exact: int | Fraction | None) -> None:
+    quantity._PARSED.clear()
+    assert parse_exact(text) == exact  # parsed, then remembered
+    assert text in quantity._PARSED
+    assert parse_exact(text) == exact  # remembered
+    assert parse_value(text) == (None if exact is None else -(-exact // 1))
+
+
+def test_the_parsed_memo_is_bounded() -> None:
+    for n in range(PARSED_MEMO_LIMIT + 5):
+        assert parse_exact(f"{n}m") == Fraction(n, 1000)
+    assert len(quantity._PARSED) <= PARSED_MEMO_LIMIT

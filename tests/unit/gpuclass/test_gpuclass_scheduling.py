@@ -6,7 +6,9 @@ from typing import Any
 
 import pytest
 
+from operators.gpuclass import scheduling
 from operators.gpuclass.scheduling import (
+    NAME_MEMO_LIMIT,
     NodeVerdict,
     Taint,
     Toleration,
@@ -204,9 +206,16 @@ def _gpu(amount: str, *, sidecar: bool = False, limit_only: bool = False) -> dic
         # sums are exact, rounded up once at the end
         (make_pod("millis", containers=[_gpu("500m"), _gpu("500m")]), 1),
         (make_pod("millis-up", containers=[_gpu("1500m")]), 2),
+        (make_pod("kilo", containers=[_gpu("1k")]), 1000),
         # garbage counts 0
         (make_pod("garbage", containers=[_gpu("lots"), _gpu("1")]), 1),
         (make_pod("negative", containers=[_gpu("-4"), _gpu("1")]), 1),
+        # a request shadows its limit, even a garbage one...
+        (make_pod("garbage-request", containers=[container(requests={H200: "bad"}, limits={H200: "2"})]), 0),
+        # ...and a limit stands in only for its own name
+        (make_pod("limit-beside", containers=[container(requests={L40S: "1"}, limits={H200: "2"})]), 2),
+        # a container naming no extended resource adds nothing, before or after one that does
+        (make_pod("cpu-beside", containers=[container(), _gpu("2"), container()]), 2),
     ],
 )
 def test_pod_request_is_the_schedulers(pod: dict[str, Any], expected: int) -> None:
@@ -227,3 +236,18 @@ def test_extended_requests_cover_every_extended_resource_and_report_garbage() ->
 def test_pod_request_tolerates_missing_and_odd_fields() -> None:
     assert pod_request({}, H200) == 0
     assert pod_request({"spec": {"containers": [None, {"resources": None}, {}]}}, H200) == 0
+
+
+def test_the_name_memo_of_one_predicate_never_answers_for_another() -> None:
+    pod = make_pod("cpu-and-gpu", containers=[_gpu("2")])
+    assert dict(extended_requests(pod).amounts) == {H200: 2}  # cpu is remembered as not extended
+    assert pod_request(pod, "cpu") == 1  # 100m, rounded up: asked for by name, it counts
+    assert dict(extended_requests(pod).amounts) == {H200: 2}
+
+
+def test_the_name_memo_is_bounded() -> None:
+    names = {f"example.com/r{i}": "1" for i in range(NAME_MEMO_LIMIT + 5)}
+    pod = make_pod("many-names", containers=[container(requests=names)])
+    assert dict(extended_requests(pod).amounts) == dict.fromkeys(names, 1)
+    assert len(scheduling._EXTENDED.wanted_names) + len(scheduling._EXTENDED.unwanted) <= NAME_MEMO_LIMIT
+    assert dict(extended_requests(pod).amounts) == dict.fromkeys(names, 1)
