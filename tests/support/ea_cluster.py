@@ -35,7 +35,7 @@ from typing import Any, Final
 
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
-from operators.endpointattachment.api import ATTACHMENTS
+from operators.endpointattachment.api import ATTACHMENTS as ATTACHMENTS
 from shared.kube import NO_ANSWER, Kube, Obj
 from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
 from tests.ea_builders import for_create, lineage_labels, make_helmrelease
