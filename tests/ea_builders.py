@@ -206,6 +206,30 @@ def helmrelease_owner(name: str = HELMRELEASE_NAME, uid: str = HELMRELEASE_UID) 
     }
 
 
+def load_balancer_spec(
+    *,
+    class_name: str | None = None,
+    claim_name: str | None = None,
+    family: str | None = None,
+    ports: Sequence[int] | None = None,
+    method: str | None = None,
+    allow_icmp: bool | None = None,
+) -> Obj:
+    """``spec.loadBalancer`` with the fields given (none: mint from the default class)."""
+    spec: Obj = {}
+    for key, value in (
+        ("className", class_name),
+        ("claimName", claim_name),
+        ("family", family),
+        ("ports", list(ports) if ports is not None else None),
+        ("method", method),
+        ("allowICMP", allow_icmp),
+    ):
+        if value is not None:
+            spec[key] = value
+    return spec
+
+
 def make_attachment(
     name: str = ATTACHMENT,
     namespace: str = NAMESPACE,
@@ -249,17 +273,14 @@ def make_attachment(
     application: Obj = {"kind": app_kind, "name": app_name}
     if app_group is not None:
         application["group"] = app_group
-    load_balancer: Obj = {}
-    for key, value in (
-        ("className", class_name),
-        ("claimName", claim_name),
-        ("family", family),
-        ("ports", list(ports) if ports is not None else None),
-        ("method", method),
-        ("allowICMP", allow_icmp),
-    ):
-        if value is not None:
-            load_balancer[key] = value
+    load_balancer = load_balancer_spec(
+        class_name=class_name,
+        claim_name=claim_name,
+        family=family,
+        ports=ports,
+        method=method,
+        allow_icmp=allow_icmp,
+    )
     obj: Obj = {
         "apiVersion": API_VERSION,
         "kind": ATTACHMENT_KIND,

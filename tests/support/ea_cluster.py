@@ -38,7 +38,7 @@ from hack.metallb import MetalLB
 from operators.endpointattachment.api import ATTACHMENTS as ATTACHMENTS
 from shared.kube import NO_ANSWER, Kube, Obj
 from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
-from tests.ea_builders import for_create, lineage_labels, make_helmrelease
+from tests.ea_builders import for_create, lineage_labels, load_balancer_spec, make_helmrelease
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import ROOT, apply_all, load
@@ -390,17 +390,14 @@ def attachment_body(
     ref: Obj = {"kind": kind, "name": app}
     if group is not None:
         ref["group"] = group
-    balancer: Obj = {}
-    for key, value in (
-        ("className", class_name),
-        ("claimName", claim_name),
-        ("family", family),
-        ("ports", list(ports) if ports is not None else None),
-        ("method", method),
-        ("allowICMP", allow_icmp),
-    ):
-        if value is not None:
-            balancer[key] = value
+    balancer = load_balancer_spec(
+        class_name=class_name,
+        claim_name=claim_name,
+        family=family,
+        ports=ports,
+        method=method,
+        allow_icmp=allow_icmp,
+    )
     return {
         "apiVersion": ATTACHMENTS.api_version,
         "kind": "EndpointAttachment",
