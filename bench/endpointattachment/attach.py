@@ -73,11 +73,9 @@ from operators.endpointattachment.controller import FINALIZER
 from operators.endpointattachment.render import RenderSettings, render_service
 from shared.kube import ApiError, Kube, Obj
 from shared.lineage import (
-    APPLICATION_GROUP_LABEL,
-    APPLICATION_KIND_LABEL,
-    APPLICATION_NAME_LABEL,
     LABEL_TRUE,
     TENANT_RESOURCE_LABEL,
+    ApplicationRef,
 )
 from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.support.operators import RunningOperator, operator_process
@@ -242,11 +240,7 @@ class Endpoint:
 
 
 def _lineage(app: str) -> dict[str, str]:
-    return {
-        APPLICATION_GROUP_LABEL: APPLICATION_GROUP,
-        APPLICATION_KIND_LABEL: "Postgres",
-        APPLICATION_NAME_LABEL: app,
-    }
+    return ApplicationRef(APPLICATION_GROUP, "Postgres", app).labels()
 
 
 def address_class(name: str, network: str, prefix: int) -> Obj:

@@ -43,11 +43,9 @@ from operators.endpointattachment.api import ATTACHMENTS, CLAIMS, CLASSES
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube
 from shared.lineage import (
-    APPLICATION_GROUP_LABEL,
-    APPLICATION_KIND_LABEL,
-    APPLICATION_NAME_LABEL,
     LABEL_TRUE,
     TENANT_RESOURCE_LABEL,
+    ApplicationRef,
 )
 from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.support.manifests import apply_all, load
@@ -165,11 +163,7 @@ async def install_world(kube: Kube) -> None:
 
 def lineage(app: str) -> dict[str, str]:
     """The lineage labels of a Postgres application ``app``, as Cozystack's webhook writes them."""
-    return {
-        APPLICATION_GROUP_LABEL: "apps.cozystack.io",
-        APPLICATION_KIND_LABEL: "Postgres",
-        APPLICATION_NAME_LABEL: app,
-    }
+    return ApplicationRef("apps.cozystack.io", "Postgres", app).labels()
 
 
 async def create_node(kube: Kube, name: str) -> None:

@@ -43,12 +43,11 @@ from operators.gpuclass import reasons
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
 from shared.lineage import (
-    APPLICATION_GROUP_LABEL,
-    APPLICATION_KIND_LABEL,
-    APPLICATION_NAME_LABEL,
     LABEL_TRUE,
     TENANT_RESOURCE_LABEL,
+    ApplicationRef,
 )
+from shared.ownership import is_controlled_by
 from shared.resources import DEPLOYMENTS, HELMRELEASES, LEASES, NAMESPACES, PDBS, PODS, SERVICES
 from tests.support.following import follow
 from tests.support.image import build_image
@@ -350,11 +349,7 @@ async def addresses(
     tenant-facing Service; yields the tenant's namespace."""
     # Not under pytest's basetemp: other pytest runs on this machine rotate those away.
     log = Path(tempfile.mkdtemp(prefix="node-metallb-")) / "metallb.log"
-    lineage = {
-        APPLICATION_GROUP_LABEL: "apps.cozystack.io",
-        APPLICATION_KIND_LABEL: "Postgres",
-        APPLICATION_NAME_LABEL: APP,
-    }
+    lineage = ApplicationRef("apps.cozystack.io", "Postgres", APP).labels()
     async with metallb(nkube, node_cluster.kubeconfig, log) as balancer, substrate(nkube):
         global BALANCER
         BALANCER = balancer
@@ -411,11 +406,6 @@ def provisioned(obj: Obj | None) -> bool:
     return any(c.get("type") == "Provisioned" and c.get("status") == "True" for c in conditions)
 
 
-def controlled_by(obj: Obj, uid: str) -> bool:
-    references = obj["metadata"].get("ownerReferences") or []
-    return any(r.get("uid") == uid and r.get("controller") for r in references)
-
-
 async def test_an_attachment_is_provisioned_through_metallb_from_inside_the_pods(
     nkube: Kube, addresses: str
 ) -> None:
@@ -444,8 +434,8 @@ async def test_an_attachment_is_provisioned_through_metallb_from_inside_the_pods
     assert service is not None
     assert claim is not None
     uid = created["metadata"]["uid"]
-    assert controlled_by(service, uid)
-    assert controlled_by(claim, uid)
+    assert is_controlled_by(service, uid)
+    assert is_controlled_by(claim, uid)
     assert service["metadata"]["annotations"][CLAIM_ANNOTATION] == status["claimName"]
     ingress = [i["ip"] for i in service["status"]["loadBalancer"]["ingress"]]
     assert ingress == status["addresses"] == [a["address"] for a in claim["status"]["addresses"]]
@@ -501,8 +491,8 @@ async def test_work_in_flight_finishes_across_a_leader_failover(nkube: Kube, add
         services = (await nkube.list(SERVICES.path(addresses)))["items"]
         for name, found in attachments.items():
             uid = found["metadata"]["uid"]
-            own_claims = [c["metadata"]["name"] for c in claims if controlled_by(c, uid)]
-            own_services = [s["metadata"]["name"] for s in services if controlled_by(s, uid)]
+            own_claims = [c["metadata"]["name"] for c in claims if is_controlled_by(c, uid)]
+            own_services = [s["metadata"]["name"] for s in services if is_controlled_by(s, uid)]
             assert own_claims == [found["status"]["claimName"]], (name, own_claims)
             assert own_services == [found["status"]["serviceName"]], (name, own_services)
         every = [x for a in attachments.values() for x in a["status"]["addresses"]]
