@@ -12,9 +12,6 @@ from typing import Final
 # The two conditions; status.phase is a projection of them.
 CONDITION_RESOLVED: Final = "Resolved"
 CONDITION_PROVISIONED: Final = "Provisioned"
-# Short names of the two (the tests' spelling).
-RESOLVED: Final = CONDITION_RESOLVED
-PROVISIONED: Final = CONDITION_PROVISIONED
 
 # --- Resolved --------------------------------------------------------------------------------------
 # The application and the endpoint are found and belong together.

@@ -55,8 +55,8 @@ from tests.ea_builders import lineage_labels
 from tests.support.substrate import CLAIM_ANNOTATION
 
 # Condition types (Cozystack's).
-RESOLVED: Final = "Resolved"
-PROVISIONED: Final = "Provisioned"
+CONDITION_RESOLVED: Final = "Resolved"
+CONDITION_PROVISIONED: Final = "Provisioned"
 # Resolved=False: the application or its endpoint.
 APPLICATION_NOT_FOUND: Final = "ApplicationNotFound"
 ENDPOINT_NOT_FOUND: Final = "EndpointNotFound"
@@ -136,14 +136,14 @@ def row(answer: str, id: str, group: str, steps: list[Step], expect: Expect, **k
 
 
 def about(
-    obj: Obj, reason: str = "", type: str | None = PROVISIONED, status: str = "False", **kw: Any
+    obj: Obj, reason: str = "", type: str | None = CONDITION_PROVISIONED, status: str = "False", **kw: Any
 ) -> Expect:
     metadata = obj["metadata"]
     return Expect(obj["kind"], metadata["name"], reason, status, type, metadata.get("namespace", ""), **kw)
 
 
 def attached(obj: Obj, **kw: Any) -> Expect:
-    return about(obj, REASON_PROVISIONED, PROVISIONED, "True", **kw)
+    return about(obj, REASON_PROVISIONED, CONDITION_PROVISIONED, "True", **kw)
 
 
 def service_of(ctx: Mapping[str, Any], obj: Obj) -> Obj | None:
@@ -169,7 +169,7 @@ def draws_nothing(obj: Obj, ctx: Mapping[str, Any]) -> bool:
 def resolved_false(*reasons: str) -> Any:
     def check(obj: Obj, ctx: Mapping[str, Any]) -> bool:
         found = {c["type"]: c for c in (obj.get("status") or {}).get("conditions") or []}
-        got = found.get(RESOLVED) or {}
+        got = found.get(CONDITION_RESOLVED) or {}
         return got.get("status") == "False" and got.get("reason") in reasons
 
     return check
@@ -179,7 +179,7 @@ def resolved_false(*reasons: str) -> Any:
 
 G = "endpoint"
 a = attachment("cat-missing-endpoint", endpoint="no-such-service")
-row("conditioned", "ea-endpoint-missing", G, [create(a)], about(a, ENDPOINT_NOT_FOUND, RESOLVED))
+row("conditioned", "ea-endpoint-missing", G, [create(a)], about(a, ENDPOINT_NOT_FOUND, CONDITION_RESOLVED))
 a = attachment("cat-missing-endpoint-2", endpoint="no-such-service")
 row(
     "conditioned",
@@ -194,7 +194,7 @@ row(
     "ea-endpoint-in-other-namespace",
     G,
     [create(endpoint("other-db-rw", namespace=OTHER)), create(a)],
-    about(a, ENDPOINT_NOT_FOUND, RESOLVED),
+    about(a, ENDPOINT_NOT_FOUND, CONDITION_RESOLVED),
 )
 a = attachment("cat-internal", endpoint="postgres-db-repl")
 row(
@@ -202,7 +202,7 @@ row(
     "ea-endpoint-not-tenant-facing",
     G,
     [create(endpoint("postgres-db-repl", tenant_facing=False)), create(a)],
-    about(a, ENDPOINT_NOT_TENANT_FACING, RESOLVED),
+    about(a, ENDPOINT_NOT_TENANT_FACING, CONDITION_RESOLVED),
 )
 a = attachment("cat-unlabelled", endpoint="plain-svc")
 row(
@@ -210,7 +210,7 @@ row(
     "ea-endpoint-without-lineage",
     G,
     [create(service("plain-svc", labels={TENANT_RESOURCE_LABEL: "true"})), create(a)],
-    about(a, ENDPOINT_LINEAGE_MISMATCH, RESOLVED),
+    about(a, ENDPOINT_LINEAGE_MISMATCH, CONDITION_RESOLVED),
 )
 a = attachment("cat-unknown-app", endpoint="postgres-uni-rw")
 row(
@@ -218,7 +218,7 @@ row(
     "ea-endpoint-of-another-application",
     G,
     [create(endpoint("postgres-uni-rw", app="db-2")), create(a)],
-    about(a, ENDPOINT_LINEAGE_MISMATCH, RESOLVED),
+    about(a, ENDPOINT_LINEAGE_MISMATCH, CONDITION_RESOLVED),
 )
 a = attachment("cat-of-ours", endpoint=SENTINEL_SERVICE)
 row(
@@ -239,11 +239,15 @@ row(
     "ea-application-missing",
     G,
     [create(endpoint("postgres-ghost-rw", app="ghost")), create(a)],
-    about(a, APPLICATION_NOT_FOUND, RESOLVED),
+    about(a, APPLICATION_NOT_FOUND, CONDITION_RESOLVED),
 )
 a = attachment("cat-wrong-kind", kind="MariaDB")
 row(
-    "conditioned", "ea-application-of-another-kind", G, [create(a)], about(a, APPLICATION_NOT_FOUND, RESOLVED)
+    "conditioned",
+    "ea-application-of-another-kind",
+    G,
+    [create(a)],
+    about(a, APPLICATION_NOT_FOUND, CONDITION_RESOLVED),
 )
 a = attachment("cat-wrong-group")
 a["spec"]["applicationRef"]["group"] = "apps.example.com"
@@ -252,7 +256,7 @@ row(
     "ea-application-of-another-group",
     G,
     [create(a)],
-    about(a, APPLICATION_NOT_FOUND, RESOLVED),
+    about(a, APPLICATION_NOT_FOUND, CONDITION_RESOLVED),
 )
 hr = helmrelease("postgres-unlabelled", {})
 a = attachment("cat-unlabelled-app", endpoint="postgres-unl-rw", app="unlabelled")
@@ -261,7 +265,7 @@ row(
     "ea-application-helmrelease-without-lineage",
     G,
     [create(hr), create(endpoint("postgres-unl-rw", app="unlabelled")), create(a)],
-    about(a, APPLICATION_NOT_FOUND, RESOLVED),
+    about(a, APPLICATION_NOT_FOUND, CONDITION_RESOLVED),
 )
 for id, name, body in (
     ("ea-endpoint-selects-nothing", "postgres-db-noselector", {"selector": None}),

@@ -59,7 +59,7 @@ from tests.catalogue.objects import (
     helmrelease,
     service,
 )
-from tests.catalogue.operated import PROVISIONED, REASON_PROVISIONED, ready_pod
+from tests.catalogue.operated import CONDITION_PROVISIONED, REASON_PROVISIONED, ready_pod
 from tests.ea_builders import lineage_labels
 from tests.support.ea_cluster import NODE, ea_operator
 from tests.support.identity import serviceaccount_kubeconfig
@@ -263,7 +263,7 @@ SENTINEL_CLASS = address_class("cat-sentinel", cidrs=["198.51.100.64/28"])
 SENTINEL_ATTACHMENT = attachment("cat-sentinel", class_name="cat-sentinel")
 SENTINEL_CLAIM = claim("cat-sentinel-claim", class_name="cat-sentinel")
 SENTINEL_ATTACHED = Expect(
-    "EndpointAttachment", "cat-sentinel", REASON_PROVISIONED, "True", PROVISIONED, namespace=TENANT
+    "EndpointAttachment", "cat-sentinel", REASON_PROVISIONED, "True", CONDITION_PROVISIONED, namespace=TENANT
 )
 SENTINEL_GPU = gpu_class("cat-gpu-sentinel", "nvidia.com/GA100_A100_SXM4_80GB")
 # An operator is idle when it uses less than this share of one core over a sampling window...
@@ -537,7 +537,7 @@ class Harness:
         provisioned = [
             address
             for a in context["attachments"].values()
-            if conditions_of(a).get(PROVISIONED, ("", ""))[0] == "True"
+            if conditions_of(a).get(CONDITION_PROVISIONED, ("", ""))[0] == "True"
             for address in (a.get("status") or {}).get("addresses") or []
         ]
         assert len(provisioned) == len(set(provisioned)), provisioned

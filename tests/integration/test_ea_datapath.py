@@ -42,10 +42,10 @@ from tests.support.ea_cluster import (
     ATTACHMENT_LABEL,
     ATTACHMENTS,
     CLAIMS,
+    CONDITION_PROVISIONED,
+    CONDITION_RESOLVED,
     NODE,
     POOLS,
-    PROVISIONED,
-    RESOLVED,
     Tenant,
     World,
     addresses,
@@ -170,7 +170,7 @@ class Invariant:
 
     def _saw(self, attachment: Obj) -> None:
         name = attachment["metadata"]["name"]
-        status, reason = condition(attachment, PROVISIONED)
+        status, reason = condition(attachment, CONDITION_PROVISIONED)
         if not self.transitions or self.transitions[-1] != (name, status, reason):
             self.transitions.append((name, status, reason))
         address = first_address(attachment)
@@ -376,14 +376,14 @@ async def wait_provisioned(kube: Kube, ns: str, name: str, reason: str = REASON_
         kube,
         ns,
         name,
-        lambda o: condition(o, PROVISIONED) == (status, reason),
+        lambda o: condition(o, CONDITION_PROVISIONED) == (status, reason),
         timeout=TIMEOUT,
-        what=f"{name}: {PROVISIONED}={status} {reason}",
+        what=f"{name}: {CONDITION_PROVISIONED}={status} {reason}",
     )
 
 
 def provisioned_message(attachment: Obj) -> str:
-    return message(attachment, PROVISIONED)
+    return message(attachment, CONDITION_PROVISIONED)
 
 
 def operator(
@@ -435,7 +435,7 @@ async def test_two_attachments_to_a_stopped_vm_the_loser_never_renders(
         await vm.set_ready("vm1-launcher", True)
         await wait_provisioned(kube, ns, "a-winner")
         await model.wait_for(lambda m: m.pod_reached(address) == "vm1-launcher", TIMEOUT, "the winner's path")
-        assert condition(await kube.get(ATTACHMENTS.path(ns, "b-loser")), PROVISIONED) == (
+        assert condition(await kube.get(ATTACHMENTS.path(ns, "b-loser")), CONDITION_PROVISIONED) == (
             FALSE,
             REASON_BACKEND_ALREADY_DELEGATED,
         )
@@ -624,7 +624,7 @@ async def test_without_the_datapath_declared_a_method_renders_nothing_and_draws_
         await vm.ssh_attachment("b-ssh")
         for name in ("a-whole", "b-ssh"):
             found = await wait_provisioned(kube, ns, name, REASON_DATAPATH_CONTRACT_UNAVAILABLE)
-            assert condition(found, RESOLVED) == (TRUE, "Resolved"), found["status"]
+            assert condition(found, CONDITION_RESOLVED) == (TRUE, "Resolved"), found["status"]
             assert not found["status"].get("serviceName"), found["status"]
         # The pass that wrote those conditions rendered nothing; what it drew is checked last.
         drawn = {}

@@ -37,7 +37,7 @@ from tests.support.ea_cluster import (
     ATTACHMENTS,
     CLAIM_ANNOTATION,
     CLAIMS,
-    PROVISIONED,
+    CONDITION_PROVISIONED,
     Tenant,
     World,
     addresses,
@@ -124,7 +124,7 @@ async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_reco
     [address] = addresses(waiting)
 
     silent = await wait_attachment(kube, ns, "quiet", provisioned_false("AddressNotAnnounced"), operator)
-    said = message(silent, PROVISIONED)
+    said = message(silent, CONDITION_PROVISIONED)
     assert address in said, said
     assert f"within {ANNOUNCE_TIMEOUT}s" in said, said
     service = await tenant.service_of(silent)
@@ -170,7 +170,7 @@ async def test_a_service_the_api_refuses_is_a_condition_not_a_retry_loop(
     await tenant.app_with_endpoint()
     await tenant.attachment("six", ENDPOINT, class_name="if-v6", family="IPv6")
     refused = await wait_attachment(kube, ns, "six", provisioned_false("RenderFailed"), operator)
-    said = message(refused, PROVISIONED)
+    said = message(refused, CONDITION_PROVISIONED)
     assert said.startswith("the API refused to create the Service:"), said
     assert "IPv6" in said, said  # the API's own words
     [address] = addresses(refused)
@@ -216,7 +216,7 @@ async def test_a_policy_refusal_carries_its_message_and_a_changed_input_is_sent_
     await tenant.app_with_endpoint()
     await tenant.attachment("denied", ENDPOINT, class_name="if-policy")
     refused = await wait_attachment(kube, ns, "denied", provisioned_false("RenderFailed"), operator)
-    assert POLICY_MESSAGE in message(refused, PROVISIONED), message(refused, PROVISIONED)
+    assert POLICY_MESSAGE in message(refused, CONDITION_PROVISIONED), message(refused, CONDITION_PROVISIONED)
     assert await tenant.service_of(refused) is None
     assert await errors(operator) == 0
 
@@ -264,7 +264,9 @@ async def test_a_quota_refusal_is_reported_and_tried_again_once_the_quota_frees(
     await tenant.app_with_endpoint()
     await tenant.attachment("capped", ENDPOINT, class_name="if-quota")
     refused = await wait_attachment(kube, ns, "capped", provisioned_false("RenderFailed"), operator)
-    assert "exceeded quota" in message(refused, PROVISIONED), message(refused, PROVISIONED)
+    assert "exceeded quota" in message(refused, CONDITION_PROVISIONED), message(
+        refused, CONDITION_PROVISIONED
+    )
     assert await errors(operator) == 0
 
     # No event of ours tells that quota freed: the slow retry finds out, and MetalLB answers.
@@ -299,11 +301,11 @@ async def test_a_claim_the_quota_refuses_is_reported_not_retried_as_an_error(
         kube,
         ns,
         "unminted",
-        lambda o: "exceeded quota" in message(o, PROVISIONED),
+        lambda o: "exceeded quota" in message(o, CONDITION_PROVISIONED),
         operator,
         what="the claim's refusal reported",
     )
-    assert condition(refused, PROVISIONED)[0] == "False"
+    assert condition(refused, CONDITION_PROVISIONED)[0] == "False"
     assert await tenant.minted_claims(refused) == []
     assert await tenant.service_of(refused) is None
     assert await errors(operator) == 0, "a refusal is an outcome, not an error to retry"

@@ -45,13 +45,13 @@ from tests.support.ea_cluster import (
     ATTACHMENTS,
     CLAIM_ANNOTATION,
     CLAIMS,
+    CONDITION_PROVISIONED,
+    CONDITION_RESOLVED,
     DETACHED,
     EA_CRD_FILE,
     HELMRELEASE_CRD_FILE,
     OPERATOR_NAMESPACE,
     PENDING,
-    PROVISIONED,
-    RESOLVED,
     SUBSTRATE_CRD_FILES,
     Tenant,
     World,
@@ -452,7 +452,7 @@ async def test_a_lost_claim_is_no_longer_provisioned(
     lost = await wait_attachment(
         kube, tenant.namespace, "db-public", provisioned_false("ClaimPending"), operator
     )
-    assert "Lost" in message(lost, PROVISIONED), message(lost, PROVISIONED)
+    assert "Lost" in message(lost, CONDITION_PROVISIONED), message(lost, CONDITION_PROVISIONED)
     assert phase(lost) == PENDING
     assert not lost["status"].get("addresses")
     await withdrawn(kube, service)
@@ -474,7 +474,7 @@ async def test_a_claim_associated_to_another_live_service_is_in_use(
     endpoint = await tenant.app_with_endpoint()
     await tenant.attachment("late", endpoint, claim_name="theirs")
     in_use = await wait_attachment(kube, ns, "late", provisioned_false("ClaimInUse"), operator)
-    assert "hand-made" in message(in_use, PROVISIONED), message(in_use, PROVISIONED)
+    assert "hand-made" in message(in_use, CONDITION_PROVISIONED), message(in_use, CONDITION_PROVISIONED)
     assert await tenant.service_of(in_use) is None
 
     # The foreign holder goes: picked up from the watch (the contract's bar: within a second).
@@ -528,7 +528,7 @@ async def test_a_referenced_claim_of_another_family_is_a_family_conflict(
     conflict = await wait_attachment(
         kube, tenant.namespace, "six", provisioned_false("FamilyConflict"), operator
     )
-    said = message(conflict, PROVISIONED)
+    said = message(conflict, CONDITION_PROVISIONED)
     assert "IPv4" in said, said
     assert "IPv6" in said, said
     assert await tenant.service_of(conflict) is None
@@ -615,7 +615,7 @@ async def test_identity_a_recreated_application_withdraws_and_inherits_nothing(
     )
     await withdrawn(kube, service)
     assert phase(changed) != ATTACHED
-    assert condition(changed, PROVISIONED)[0] == "False"
+    assert condition(changed, CONDITION_PROVISIONED)[0] == "False"
     owners = [r["uid"] for r in changed["metadata"].get("ownerReferences") or []]
     assert reborn["metadata"]["uid"] not in owners, "the new incarnation was adopted"
     assert await tenant.service_of(changed) is None
@@ -756,7 +756,7 @@ async def test_dual_binds_two_addresses_and_the_api_refuses_the_dual_stack_servi
     refused = await wait_attachment(
         kube, tenant.namespace, "both", provisioned_false("RenderFailed"), operator
     )
-    said = message(refused, PROVISIONED)
+    said = message(refused, CONDITION_PROVISIONED)
     assert "dual-stack" in said.lower() or "IPv6" in said, said  # the API's own words
     claim = await only_claim(tenant, refused)
     assert claim["spec"]["family"] == "Dual"
@@ -797,7 +797,7 @@ async def test_the_substrate_installed_after_the_operator_started(
         endpoint = await tenant.app_with_endpoint()
         await tenant.attachment("early", endpoint, class_name="late")
         absent = await wait_attachment(kube, ns, "early", provisioned_false("ClaimPending"), running)
-        said = message(absent, PROVISIONED)
+        said = message(absent, CONDITION_PROVISIONED)
         assert "substrate" in said.lower() or "not installed" in said.lower(), said
         assert await tenant.service_of(absent) is None
 
@@ -852,7 +852,11 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
             async def provisioned() -> list[Span] | None:
                 chain = passes()
                 reasons = [attributes(s).get("condition.reasons") for s in chain]
-                return chain if any(isinstance(r, list) and PROVISIONED in r for r in reasons) else None
+                return (
+                    chain
+                    if any(isinstance(r, list) and CONDITION_PROVISIONED in r for r in reasons)
+                    else None
+                )
 
             chain = await eventually(provisioned, what="the pass that provisioned, exported")
             # At least: minted (the claim not Bound yet), rendered once Bound, then Provisioned.
@@ -888,10 +892,10 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
             assert samples[success] >= 1
             provisioned_true = (
                 "cozystack_endpointattachment_attachments",
-                (("reason", PROVISIONED), ("status", "True"), ("type", PROVISIONED)),
+                (("reason", CONDITION_PROVISIONED), ("status", "True"), ("type", CONDITION_PROVISIONED)),
             )
             assert samples[provisioned_true] >= 1
-            assert condition(ready, RESOLVED) == ("True", RESOLVED)
+            assert condition(ready, CONDITION_RESOLVED) == ("True", CONDITION_RESOLVED)
             assert await operator.healthz() == 200
 
             # Gone while this operator still runs (its finalizer takes the Service first).

@@ -59,10 +59,10 @@ from tests.support.ea_cluster import (
     ATTACHMENTS,
     CLAIMS,
     CLASSES,
+    CONDITION_PROVISIONED,
     DETACHED,
     LEADER_ELECTION_ID,
     NODE,
-    PROVISIONED,
     World,
     address_class_body,
     addresses,
@@ -252,7 +252,7 @@ def namespace_body(name: str) -> Obj:
 
 
 def provisioned(attachment: Obj | None) -> bool:
-    return condition(attachment, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    return condition(attachment, CONDITION_PROVISIONED) == (TRUE, REASON_PROVISIONED)
 
 
 @dataclass(frozen=True)
@@ -362,7 +362,7 @@ async def settled(kube: Kube) -> list[Obj] | None:
         a
         for a in items
         if key_of(a) == (VM_NAMESPACE, VM_LOSER)
-        and condition(a, PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
+        and condition(a, CONDITION_PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
     ]
     return items if len(items) == ATTACHMENT_TOTAL and len(done) == PROVISIONED_TOTAL and loser else None
 
@@ -767,7 +767,7 @@ async def test_deletions_while_cut_off_and_a_half_open_network(
                 kube,
                 ns,
                 "lost",
-                lambda o: condition(o, PROVISIONED) == (FALSE, REASON_ENDPOINT_DETACHED),
+                lambda o: condition(o, CONDITION_PROVISIONED) == (FALSE, REASON_ENDPOINT_DETACHED),
                 operator,
             )
             assert detached["status"]["phase"] == DETACHED, detached["status"]

@@ -37,7 +37,7 @@ from shared.kube import Kube, Obj
 from shared.resources import NODES, PODS, SERVICE_ACCOUNTS
 from tests.support.ea_cluster import (
     ATTACHMENTS,
-    PROVISIONED,
+    CONDITION_PROVISIONED,
     Tenant,
     World,
     attached,
@@ -296,7 +296,7 @@ async def check_jaeger(kube: Kube, namespace: str, jaeger: Jaeger, since: dateti
         gpu_spans = jaeger.find_spans(GPU_SERVICE, since)
         everything = ea_spans + gpu_spans
         published = all(
-            any(PROVISIONED in reasons(p) for p in passes_of(ea_spans, uids[name]))
+            any(CONDITION_PROVISIONED in reasons(p) for p in passes_of(ea_spans, uids[name]))
             for name in ("bound", "minted")
         )
         gpu_passes = [s for s in gpu_spans if s.is_pass]
@@ -339,7 +339,7 @@ async def check_jaeger(kube: Kube, namespace: str, jaeger: Jaeger, since: dateti
     # The waterfall drawn from Jaeger tells the bound attachment's story, up to Provisioned.
     drawn = render_waterfall(ea_spans, uids["bound"])
     assert "bound" in drawn, drawn
-    assert PROVISIONED in drawn, drawn
+    assert CONDITION_PROVISIONED in drawn, drawn
 
 
 async def cleanup(kube: Kube, tenant: Tenant) -> None:

@@ -90,8 +90,8 @@ LOG_RECORD_END: Final = "\0end of log"
 APP_GROUP: Final = "apps.cozystack.io"
 # The diagnostic label on a rendered Service and a minted claim (never proof of ownership).
 ATTACHMENT_LABEL: Final = "cozystack.io/endpoint-attachment"
-RESOLVED: Final = "Resolved"
-PROVISIONED: Final = "Provisioned"
+CONDITION_RESOLVED: Final = "Resolved"
+CONDITION_PROVISIONED: Final = "Provisioned"
 ATTACHED: Final = "Attached"
 DETACHED: Final = "Detached"
 PENDING: Final = "Pending"
@@ -265,19 +265,19 @@ def attached(obj: Obj | None) -> bool:
     """Phase Attached, both conditions True (what ``status.phase`` projects them to)."""
     return (
         phase(obj) == ATTACHED
-        and condition(obj, RESOLVED)[0] == "True"
-        and condition(obj, PROVISIONED) == ("True", PROVISIONED)
+        and condition(obj, CONDITION_RESOLVED)[0] == "True"
+        and condition(obj, CONDITION_PROVISIONED) == ("True", CONDITION_PROVISIONED)
     )
 
 
 def provisioned_false(reason: str) -> Callable[[Obj | None], bool]:
     """The predicate: Provisioned False for ``reason``."""
-    return lambda obj: condition(obj, PROVISIONED) == ("False", reason)
+    return lambda obj: condition(obj, CONDITION_PROVISIONED) == ("False", reason)
 
 
 def resolved_false(reason: str) -> Callable[[Obj | None], bool]:
     """The predicate: Resolved False for ``reason``."""
-    return lambda obj: condition(obj, RESOLVED) == ("False", reason)
+    return lambda obj: condition(obj, CONDITION_RESOLVED) == ("False", reason)
 
 
 def addresses(obj: Obj | None) -> list[str]:

@@ -27,7 +27,11 @@ from operators.endpointattachment.api import (
 )
 from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER, FINALIZER
 from operators.endpointattachment.datapath import programmed_token
-from operators.endpointattachment.reasons import PROVISIONED, REASON_PROVISIONED, REASON_WAITING_FOR_ADDRESS
+from operators.endpointattachment.reasons import (
+    CONDITION_PROVISIONED,
+    REASON_PROVISIONED,
+    REASON_WAITING_FOR_ADDRESS,
+)
 from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import RESOURCES, SUBSTRATE, World
 from shared.runtime.cache import Key, Obj, key_of
@@ -331,7 +335,7 @@ def test_every_kind_the_controller_reads_is_cached_and_every_cache_is_read() -> 
 
 # --- the glue: a pass over the caches, with a writer answering as the API would -------------------
 
-RESOLVED: list[Step] = [
+RESOLVED_WORLD: list[Step] = [
     put("service", make_service()),
     put("helmrelease", make_helmrelease()),
     put("class", make_class()),
@@ -362,7 +366,7 @@ def reconciler(
 
 def stored_provisioned(caches: StaticCaches, key: Key = KA) -> tuple[str, str]:
     attachment = caches.store(ATTACHMENTS).get(key) or {}
-    found = next(c for c in attachment["status"]["conditions"] if c["type"] == PROVISIONED)
+    found = next(c for c in attachment["status"]["conditions"] if c["type"] == CONDITION_PROVISIONED)
     return found["status"], found["reason"]
 
 
@@ -390,7 +394,9 @@ async def test_a_key_not_cached_is_a_quiet_pass() -> None:
 
 
 async def test_a_first_pass_stamps_mints_and_renders_nothing_before_the_claim_is_bound() -> None:
-    running, writer, caches, clock = reconciler(*RESOLVED, put("attachment", make_attachment(owner_uid=None)))
+    running, writer, caches, clock = reconciler(
+        *RESOLVED_WORLD, put("attachment", make_attachment(owner_uid=None))
+    )
     assert await running.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
     assert writer.calls == [
         ("metadata", "endpointattachments", "db-public"),  # finalizer, owner reference, lineage labels
@@ -411,7 +417,7 @@ async def test_a_first_pass_stamps_mints_and_renders_nothing_before_the_claim_is
 
 
 async def test_once_bound_the_service_is_created_and_its_status_held_for_the_answer() -> None:
-    running, writer, caches, clock = reconciler(*RESOLVED, put("attachment", A))
+    running, writer, caches, clock = reconciler(*RESOLVED_WORLD, put("attachment", A))
     await running.reconcile(KA)
     bind(caches)
     writer.calls.clear()
@@ -429,7 +435,7 @@ async def test_once_bound_the_service_is_created_and_its_status_held_for_the_ans
 
 
 async def test_without_an_answer_the_held_status_is_written_when_the_hold_runs_out() -> None:
-    running, writer, caches, clock = reconciler(*RESOLVED, put("attachment", A), put("claim", MINTED))
+    running, writer, caches, clock = reconciler(*RESOLVED_WORLD, put("attachment", A), put("claim", MINTED))
     await running.reconcile(KA)
     writer.calls.clear()
     clock.now += controller.STATUS_HOLD_SECONDS
@@ -441,7 +447,10 @@ async def test_without_an_answer_the_held_status_is_written_when_the_hold_runs_o
 
 async def test_a_pass_waits_while_the_substrate_s_cache_catches_up() -> None:
     running, writer, _, _ = reconciler(
-        *RESOLVED, put("attachment", A), *[put("crd", make_crd(r)) for r in SUBSTRATE], unserved=SUBSTRATE
+        *RESOLVED_WORLD,
+        put("attachment", A),
+        *[put("crd", make_crd(r)) for r in SUBSTRATE],
+        unserved=SUBSTRATE,
     )
     assert await running.reconcile(KA) == Result(requeue_after=controller.CATCH_UP_SECONDS)
     assert writer.calls == []
@@ -450,7 +459,7 @@ async def test_a_pass_waits_while_the_substrate_s_cache_catches_up() -> None:
 async def test_finalizing_deletes_our_service_then_the_finalizer_and_never_the_claim() -> None:
     deleting = make_attachment(uid="ea-a", deleting=True, finalizers=[FINALIZER])
     running, writer, caches, _ = reconciler(
-        *RESOLVED, put("attachment", deleting), put("service", OURS_A), put("claim", MINTED)
+        *RESOLVED_WORLD, put("attachment", deleting), put("service", OURS_A), put("claim", MINTED)
     )
     assert await running.reconcile(KA) == Result()
     assert writer.calls == [("delete", "services", "db-public-x7ktq")]

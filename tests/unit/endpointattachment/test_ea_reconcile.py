@@ -28,7 +28,8 @@ from operators.endpointattachment.api import (
 )
 from operators.endpointattachment.datapath import AttachmentRank, ProxiedService, programmed_token
 from operators.endpointattachment.reasons import (
-    PROVISIONED,
+    CONDITION_PROVISIONED,
+    CONDITION_RESOLVED,
     PROVISIONED_REASONS,
     REASON_ADDRESS_NOT_ANNOUNCED,
     REASON_APPLICATION_INCARNATION_CHANGED,
@@ -51,7 +52,6 @@ from operators.endpointattachment.reasons import (
     REASON_RESOLVED,
     REASON_UNRESOLVED,
     REASON_WAITING_FOR_ADDRESS,
-    RESOLVED,
     RESOLVED_REASONS,
 )
 from operators.endpointattachment.reconcile import (
@@ -313,9 +313,12 @@ def _unannounced() -> tuple[Observed, PassContext | None]:
 def test_each_scenario_reports_its_reasons(build: Any, resolved: str, provisioned: str) -> None:
     observed, context = build()
     plan = reconcile(observed, context)
-    assert [c.type for c in plan.conditions] == [RESOLVED, PROVISIONED]
-    assert condition(plan, RESOLVED) == (TRUE if resolved == REASON_RESOLVED else FALSE, resolved)
-    assert condition(plan, PROVISIONED) == (TRUE if provisioned == REASON_PROVISIONED else FALSE, provisioned)
+    assert [c.type for c in plan.conditions] == [CONDITION_RESOLVED, CONDITION_PROVISIONED]
+    assert condition(plan, CONDITION_RESOLVED) == (TRUE if resolved == REASON_RESOLVED else FALSE, resolved)
+    assert condition(plan, CONDITION_PROVISIONED) == (
+        TRUE if provisioned == REASON_PROVISIONED else FALSE,
+        provisioned,
+    )
     assert all(c.message for c in plan.conditions)
 
 
@@ -338,8 +341,8 @@ def test_every_reason_of_reasons_py_is_reached_by_a_scenario() -> None:
 )
 def test_nothing_is_minted_before_resolved(changes: dict[str, Any]) -> None:
     plan = reconcile(observe(claim=None, addresses=[], **changes))
-    assert condition(plan, RESOLVED)[0] == FALSE
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_UNRESOLVED)
+    assert condition(plan, CONDITION_RESOLVED)[0] == FALSE
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_UNRESOLVED)
     assert (plan.mint, plan.service_action) == (None, ServiceAction.NONE)
 
 
@@ -359,7 +362,7 @@ def test_resolved_with_no_claim_mints_one_and_renders_nothing(
     attachment: dict[str, Any], claim_spec: dict[str, Any]
 ) -> None:
     plan = reconcile(observe(attachment=attachment, claim=None, addresses=[]))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
     assert plan.mint == render_claim(attachment, spec_of(attachment))
     assert plan.mint is not None
     assert plan.mint["spec"] == claim_spec
@@ -433,7 +436,7 @@ def test_resolved_with_no_claim_mints_one_and_renders_nothing(
 )
 def test_no_address_is_drawn_for_what_cannot_be_published(build: Callable[[], Observed], reason: str) -> None:
     plan = reconcile(dataclasses.replace(build(), claim=None, addresses=[]))
-    assert condition(plan, PROVISIONED) == (FALSE, reason)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, reason)
     assert plan.mint is None
 
 
@@ -452,7 +455,7 @@ def test_a_minted_claim_is_not_minted_again() -> None:
 )
 def test_no_service_before_the_claim_is_bound(claim: dict[str, Any]) -> None:
     plan = reconcile(observe(claim=claim))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
     assert (plan.service_action, plan.service, plan.mint) == (ServiceAction.NONE, None, None)
     assert plan.status["addresses"] is None
 
@@ -522,7 +525,7 @@ def test_the_service_names_the_referenced_claim() -> None:
 )
 def test_claim_not_found(claim: dict[str, Any] | None) -> None:
     plan = reconcile(observe(attachment=make_attachment(claim_name="held-ip"), claim=claim))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_NOT_FOUND)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_CLAIM_NOT_FOUND)
     assert "held-ip" in message(plan)
     assert (plan.mint, plan.service_action) == (None, ServiceAction.NONE)
 
@@ -553,12 +556,12 @@ def test_family_conflict_with_a_referenced_claim(
             claim=make_claim("held-ip", family=claim_family, addresses=addresses),
         )
     )
-    assert (condition(plan, PROVISIONED) == (FALSE, REASON_FAMILY_CONFLICT)) is conflict
+    assert (condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_FAMILY_CONFLICT)) is conflict
 
 
 def test_substrate_absent_is_claim_pending_saying_so_and_mints_nothing() -> None:
     plan = reconcile(observe(substrate=False, claim=None, surplus_claims=[make_claim("extra")]))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
     assert "not installed" in message(plan)
     assert (plan.mint, plan.delete_claims) == (None, ())
 
@@ -615,7 +618,7 @@ def test_claim_in_use(
 ) -> None:
     base = attached() if ours else observe()
     plan = reconcile(dataclasses.replace(base, addresses=addresses, claim_users=users))
-    assert (condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_IN_USE)) is in_use
+    assert (condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_CLAIM_IN_USE)) is in_use
     if in_use:
         assert f"{NAMESPACE}/legacy-lb" in message(plan)
         assert plan.service_action is (ServiceAction.DELETE if ours else ServiceAction.NONE)
@@ -645,13 +648,13 @@ def test_nothing_to_publish_renders_nothing(endpoint: dict[str, Any], attachment
         )
     )
     plan = reconcile(observe(attachment=attachment, endpoint=endpoint, helmrelease=release))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_NOTHING_TO_PUBLISH)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_NOTHING_TO_PUBLISH)
     assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
 
 
 def test_nothing_to_publish_withdraws_a_live_service() -> None:
     plan = reconcile(dataclasses.replace(attached(), endpoint=make_service(selector={})))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_NOTHING_TO_PUBLISH)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_NOTHING_TO_PUBLISH)
     assert plan.service_action is ServiceAction.DELETE
 
 
@@ -687,7 +690,7 @@ def test_the_ports_subset(ports: list[int] | None, published: list[int]) -> None
 
 def test_wholeip_publishes_the_sentinel_port() -> None:
     plan = reconcile(vm_observe())
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
     assert plan.service is not None
     assert [p["port"] for p in plan.service["spec"]["ports"]] == [65535]
     assert plan.service["metadata"]["labels"][ATTACHMENT_LABEL] == "vm1-public"
@@ -708,7 +711,7 @@ def test_wholeip_publishes_the_sentinel_port() -> None:
 )
 def test_datapath_contract_unavailable(settings: RenderSettings, claim: dict[str, Any], said: str) -> None:
     plan = reconcile(vm_observe(settings=settings, claim=claim))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_DATAPATH_CONTRACT_UNAVAILABLE)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_DATAPATH_CONTRACT_UNAVAILABLE)
     assert said in message(plan)
     assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
 
@@ -746,7 +749,7 @@ def test_backend_already_delegated_names_the_winner_and_renders_nothing(
     rival: ProxiedService, winner: str
 ) -> None:
     plan = reconcile(vm_observe(rivals=[rival]))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
     assert winner in message(plan)
     assert (plan.service_action, plan.service) == (ServiceAction.NONE, None)
 
@@ -766,7 +769,7 @@ def test_exclusivity_counts_selected_pods_that_are_not_ready() -> None:
     rival = dataclasses.replace(CHART_PROXY, backends=frozenset({"pod-uid-9"}))
     starting = make_pod("virt-launcher-vm1-x", uid="pod-uid-9", labels=VM_POD, phase="Pending")
     plan = reconcile(vm_observe(rivals=[rival], endpoint_slices=[], pods=[starting]))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_BACKEND_ALREADY_DELEGATED)
 
 
 def test_a_loser_withdraws_its_live_service() -> None:
@@ -781,7 +784,7 @@ def test_multiple_ready_backends_keep_the_address_dark() -> None:
     plan = reconcile(
         dataclasses.replace(live, endpoint_slices=[make_endpointslice("vm-vm1", backends=backends)])
     )
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_MULTIPLE_BACKENDS)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_MULTIPLE_BACKENDS)
     assert plan.service_action is ServiceAction.DELETE
     assert (plan.mint, plan.delete_claims) == (None, ())
     assert (plan.status["claimName"], plan.status["addresses"]) == (CLAIM, [ADDRESS]), "the claim is kept"
@@ -794,7 +797,7 @@ def test_multiple_backends_in_the_v1_endpoints_are_not_provisioned() -> None:
         name, backends=(("pod-uid-1", "10.244.0.10", True), ("pod-uid-2", "10.244.0.11", True))
     )
     plan = reconcile(dataclasses.replace(live, rendered_endpoints=two))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_MULTIPLE_BACKENDS)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_MULTIPLE_BACKENDS)
     assert plan.programmed is None
 
 
@@ -807,12 +810,12 @@ def test_a_vm_with_no_ready_backend_still_renders() -> None:
 def test_provisioned_names_the_pod_and_touches_programmed_once() -> None:
     live = attached(vm_observe())
     plan = reconcile(live)
-    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert condition(plan, CONDITION_PROVISIONED) == (TRUE, REASON_PROVISIONED)
     assert "pod pod-pod-uid-1 (10.244.0.10)" in message(plan)
     assert plan.programmed == programmed_token(ADDRESS, "pod-uid-1")
     again = reconcile(settle(live, plan))
     assert again.programmed is None
-    assert condition(again, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert condition(again, CONDITION_PROVISIONED) == (TRUE, REASON_PROVISIONED)
 
 
 def test_programmed_is_touched_again_for_another_backend() -> None:
@@ -844,7 +847,7 @@ def test_waiting_for_address_then_address_not_announced(
     seconds: int, reason: str, recheck: float | None
 ) -> None:
     plan = reconcile(attached(ingress=()), PassContext(now=T0 + timedelta(seconds=seconds)))
-    assert condition(plan, PROVISIONED) == (FALSE, reason)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, reason)
     assert plan.recheck_after == recheck
     assert plan.service_action is ServiceAction.NONE
     if reason == REASON_ADDRESS_NOT_ANNOUNCED:
@@ -856,7 +859,7 @@ def test_the_announce_wait_restarts_when_we_change_the_service() -> None:
     plan = reconcile(
         attached(ingress=()), PassContext(now=NOW_LATE, written_at=NOW_LATE - timedelta(seconds=5))
     )
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
     assert plan.recheck_after == 55.0
 
 
@@ -864,10 +867,10 @@ def test_a_dual_claim_waits_for_both_addresses() -> None:
     claim = make_claim(family="Dual", addresses=(ADDRESS_V6, ADDRESS))
     dual = observe(attachment=make_attachment(family="Dual"), claim=claim)
     half = attached(dual, ingress=(ADDRESS,))
-    assert condition(reconcile(half), PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
+    assert condition(reconcile(half), CONDITION_PROVISIONED) == (FALSE, REASON_WAITING_FOR_ADDRESS)
     both = attached(dual, ingress=(ADDRESS, ADDRESS_V6))
     plan = reconcile(both)
-    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert condition(plan, CONDITION_PROVISIONED) == (TRUE, REASON_PROVISIONED)
     assert plan.status["addresses"] == [ADDRESS, ADDRESS_V6], "IPv4 first"
 
 
@@ -884,7 +887,7 @@ def _create_refused(status: int, said: str) -> tuple[Observed, Any]:
 def test_a_refused_create_is_render_failed_and_not_sent_again() -> None:
     observed, refusal = _create_refused(422, 'Service "db-public-" is invalid: spec.ports: Required value')
     plan = reconcile(observed, PassContext(now=T0 + timedelta(hours=1), refusal=refusal))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
     assert "spec.ports: Required value" in message(plan)
     assert (plan.service_action, plan.recheck_after) == (ServiceAction.NONE, None)
 
@@ -905,7 +908,7 @@ def test_a_quota_refusal_is_tried_again_after_quota_retry(after: int, retried: b
     if retried:
         assert plan.service_action is ServiceAction.CREATE
     else:
-        assert condition(plan, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+        assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
         assert plan.recheck_after == 60 - after
 
 
@@ -917,7 +920,7 @@ def test_a_refused_patch_is_render_failed() -> None:
     assert plan.service_patch is not None
     refusal = refusal_of(ServiceAction.PATCH, plan.service_patch, 403, "denied by policy", T0)
     again = reconcile(changed, PassContext(now=T0, refusal=refusal))
-    assert condition(again, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+    assert condition(again, CONDITION_PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
     assert again.service_action is ServiceAction.NONE
     assert again.status["serviceName"] == live.services[0]["metadata"]["name"]
 
@@ -925,7 +928,7 @@ def test_a_refused_patch_is_render_failed() -> None:
 def test_a_load_balancer_class_mismatch_on_a_live_service_is_render_failed() -> None:
     live = attached()
     plan = reconcile(dataclasses.replace(live, claim_class=make_class(load_balancer_class="metallb")))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_RENDER_FAILED)
     assert "recreate the attachment" in message(plan)
     assert plan.service_action is ServiceAction.NONE, "recreating it here would drop the address"
     assert plan.status["serviceName"] == live.services[0]["metadata"]["name"]
@@ -941,7 +944,7 @@ def test_no_service_before_the_claim_s_class_is_seen() -> None:
     """The claim's binding and its class come on separate watches: a Service created before the
     class is read would keep the wrong loadBalancerClass for good."""
     plan = reconcile(observe(claim_class=None))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_CLAIM_PENDING)
     assert "IPAddressClass public is not found" in message(plan)
     assert (plan.service_action, plan.service, plan.mint) == (ServiceAction.NONE, None, None)
 
@@ -952,7 +955,7 @@ def test_a_class_gone_after_rendering_leaves_the_live_service_as_it_is(
 ) -> None:
     live = attached(observe(claim_class=make_class(load_balancer_class=load_balancer_class)))
     plan = reconcile(dataclasses.replace(live, claim_class=None))
-    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert condition(plan, CONDITION_PROVISIONED) == (TRUE, REASON_PROVISIONED)
     assert (plan.service_action, plan.service_patch) == (ServiceAction.NONE, None)
 
 
@@ -962,7 +965,7 @@ def test_a_class_gone_after_rendering_leaves_the_live_service_as_it_is(
 def test_endpoint_detached_withdraws_the_service_and_keeps_the_claim() -> None:
     live = attached()
     plan = reconcile(dataclasses.replace(live, endpoint=None))
-    assert condition(plan, PROVISIONED) == (FALSE, REASON_ENDPOINT_DETACHED)
+    assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_ENDPOINT_DETACHED)
     assert plan.status["phase"] == PHASE_DETACHED
     assert plan.service_action is ServiceAction.DELETE
     assert plan.service is live.services[0]
@@ -984,7 +987,7 @@ def test_reattach_renders_again_with_the_same_claim() -> None:
 def test_application_incarnation_changed_withdraws() -> None:
     live = attached()
     plan = reconcile(dataclasses.replace(live, helmrelease=make_helmrelease(uid="hr-uid-2")))
-    assert condition(plan, RESOLVED) == (FALSE, REASON_APPLICATION_INCARNATION_CHANGED)
+    assert condition(plan, CONDITION_RESOLVED) == (FALSE, REASON_APPLICATION_INCARNATION_CHANGED)
     assert plan.service_action is ServiceAction.DELETE
     assert (plan.owner_reference, dict(plan.labels)) == (None, {}), "the new incarnation is never stamped"
     assert plan.status["phase"] == PHASE_PENDING
@@ -1111,7 +1114,7 @@ def test_an_endpoint_change_is_mirrored_by_a_patch() -> None:
     )
     assert plan.service_action is ServiceAction.PATCH
     assert plan.service_patch == {"spec": {"selector": {"role": "replica"}}}
-    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED)
+    assert condition(plan, CONDITION_PROVISIONED) == (TRUE, REASON_PROVISIONED)
 
 
 # --- surplus and finalize ---------------------------------------------------------------------------
@@ -1124,7 +1127,7 @@ def test_surplus_claims_and_services_of_ours_are_deleted() -> None:
     plan = reconcile(dataclasses.replace(live, services=[*live.services, second], surplus_claims=[extra]))
     assert plan.surplus_services == (second,)
     assert plan.delete_claims == (extra,)
-    assert condition(plan, PROVISIONED) == (TRUE, REASON_PROVISIONED), "the oldest is kept"
+    assert condition(plan, CONDITION_PROVISIONED) == (TRUE, REASON_PROVISIONED), "the oldest is kept"
 
 
 @pytest.mark.parametrize(
@@ -1193,7 +1196,7 @@ def test_a_malformed_spec_never_raises(spec: Any, world: str) -> None:
     attachment["spec"] = spec
     base = {"resolving": observe(), "attached": attached(), "nothing": Observed(attachment=attachment)}[world]
     plan = reconcile(dataclasses.replace(base, attachment=attachment), PassContext(now=T0))
-    assert [c.type for c in plan.conditions] == [RESOLVED, PROVISIONED]
+    assert [c.type for c in plan.conditions] == [CONDITION_RESOLVED, CONDITION_PROVISIONED]
 
 
 def test_malformed_objects_around_never_raise() -> None:
