@@ -28,6 +28,10 @@ assigning the pinned addresses.
   and once it forwards again a change made during the blackhole and one made after it are both acted
   on, by the same process, still leading. Both outages stay well below the leader's renew deadline
   (10s): losing the lease ends the process by design, which is a restart, the first proof's subject.
+* ``test_after_a_half_open_network_the_status_follows_within_the_bound``: every connection the
+  operator has (default timeouts, leader election on) goes half-open at once while new ones are
+  served; an endpoint deleted then shows in the status within 15 s (issue 18), the same process
+  still leading.
 
 Every wait is on a condition with a deadline (``tests.support.waiting``), never a bare sleep.
 """
@@ -158,6 +162,13 @@ NAMESPACE_NAME_MAX: Final = 63
 API_TIMEOUT_SECONDS: Final = 2.0
 FAULT_CLASS: Final = "rs-fault"
 FAULT_CIDR: Final = "100.64.8.0/28"
+# The half-open proof (issue 18): after every connection goes half-open, a change reaches the status
+# within this (client-go notices a dead HTTP/2 connection in about 45 s); the wait itself is longer,
+# so a miss reports its figure instead of a timeout.
+HALF_OPEN_BOUND_SECONDS: Final = 15.0
+HALF_OPEN_WAIT_SECONDS: Final = 150.0
+STRAND_CLASS: Final = "rs-strand"
+STRAND_CIDR: Final = "100.64.9.0/28"
 # Within this, the operator must have noticed the cut: its watches end at once, and it says so.
 CUT_NOTICED_SECONDS: Final = 5.0
 # How long after forwarding again the operator may take to act on what happened meanwhile (an
@@ -826,6 +837,59 @@ async def test_deletions_while_cut_off_and_a_half_open_network(
             for name in ("kept", "lost", "late"):
                 await wait_for_object(kube, ATTACHMENTS, name, lambda o: o is None, namespace=ns)
     await kube.delete(CLASSES.path(name=FAULT_CLASS))
+
+
+async def test_after_a_half_open_network_the_status_follows_within_the_bound(
+    kube: Kube,
+    cluster: ClusterInfo,
+    world: World,
+    namespace: str,
+    tmp_path: Path,
+) -> None:
+    """Every connection the operator has goes half-open for good (``FaultProxy.strand``: open, but
+    nothing forwarded, no reset) while new ones are served: a network that lost its flows. The
+    operator runs with its default timeouts and leader election. An endpoint deleted at that moment
+    (by the admin, not through the proxy) shows as ``EndpointDetached`` in the attachment's status
+    within ``HALF_OPEN_BOUND_SECONDS``: a watch's idle bound notices its dead connection, the client
+    dials afresh, the re-list tells the deletion, and neither the status write nor the lease renewal
+    waits out its timeout on a stale connection. The process is the same one, still leading."""
+    ns, app = namespace, "stranded"
+    endpoint = f"postgres-{app}-rw"
+    await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=ns)
+    await kube.create(CLASSES.path(), class_body(STRAND_CLASS, STRAND_CIDR))
+    await world.balancer.wait_for_pool(STRAND_CLASS)
+    await kube.create(HELMRELEASES.path(ns), application_body(app))
+    await kube.create(SERVICES.path(ns), endpoint_body(endpoint, app, selector={"app": app}))
+    await kube.create(ATTACHMENTS.path(ns), attachment_body(app, endpoint, app=app, class_name=STRAND_CLASS))
+    async with fault_proxy(kubeconfig_server(cluster.kubeconfig)) as proxy:
+        direct = await operator_kubeconfig(kube, cluster, tmp_path / "op.kubeconfig")
+        proxied = proxy_kubeconfig(direct, proxy, tmp_path / "op-proxied.kubeconfig")
+        async with ea_operator(kube, cluster, tmp_path, kubeconfig=proxied) as operator:
+            await wait_attachment(kube, ns, app, provisioned, operator)
+            before = await progress(operator)
+            assert before is not None
+            assert before.leading, operator.log_tail()
+            assert proxy.strand() >= 2  # the watches and the kept request connections
+            stranded_at = time.monotonic()
+            await kube.delete(SERVICES.path(ns, endpoint))
+            await wait_attachment(
+                kube,
+                ns,
+                app,
+                lambda o: condition(o, CONDITION_PROVISIONED) == (FALSE, REASON_ENDPOINT_DETACHED),
+                operator,
+                timeout=HALF_OPEN_WAIT_SECONDS,
+            )
+            took = time.monotonic() - stranded_at
+            print(f"half-open network: the status followed the deletion after {took:.1f}s")  # the figure
+            assert took <= HALF_OPEN_BOUND_SECONDS, f"{took:.1f}s\n{operator.log_tail()}"
+            after = await progress(operator)
+            assert after is not None
+            assert after.leading, operator.log_tail()
+            assert operator.process.returncode is None
+            await kube.delete(ATTACHMENTS.path(ns, app))
+            await wait_for_object(kube, ATTACHMENTS, app, lambda o: o is None, namespace=ns)
+    await kube.delete(CLASSES.path(name=STRAND_CLASS))
 
 
 async def logged_since(operator: RunningOperator, offset: int, text: str) -> bool:

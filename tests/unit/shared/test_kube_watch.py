@@ -26,7 +26,7 @@ from urllib.parse import parse_qs, urlsplit
 import kr8s
 import pytest
 
-from shared.kube import NO_ANSWER, THROTTLED_RETRIES, ApiError, Kube, Lines, Obj
+from shared.kube import NO_ANSWER, THROTTLED_RETRIES, ApiError, Kube, Lines, Obj, decode
 from shared.resources import CONFIGMAPS
 
 DEADLINE = 5.0  # seconds any wait here may take; each is over in milliseconds
@@ -85,6 +85,31 @@ def feed_all(reads: Sequence[bytes]) -> list[bytes]:
 )
 def test_lines_split_on_the_newline_byte_only(reads: list[bytes], expected: list[bytes]) -> None:
     assert feed_all(reads) == expected
+
+
+# --- decode ------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    "document",
+    [
+        pytest.param(b'{"kind": "Pod", "metadata": {"name": "p"}, "spec": {}}', id="an-object"),
+        pytest.param(b'{"n": 9223372036854775807, "m": -9223372036854775808}', id="int64-bounds"),
+        pytest.param(b'{"f": 0.1, "e": 1e-7, "z": -0.0}', id="floats"),
+        pytest.param(b'{"s": "with\\u0085nel \\u00e9 \\ud83d\\ude00 \xc3\xa9"}', id="unicode-escapes"),
+        pytest.param(b'{"s": "lone \\ud800 surrogate"}', id="lone-surrogate-escape-via-fallback"),
+        pytest.param(b'{"big": 1e400}', id="beyond-a-double-via-fallback"),
+        pytest.param(b'{"k": 1, "k": 2}', id="a-repeated-key-keeps-the-last"),
+    ],
+)
+def test_decode_reads_what_json_loads_reads(document: bytes) -> None:
+    assert repr(decode(document)) == repr(json.loads(document))
+
+
+@pytest.mark.parametrize("document", [b"", b"{", b'{"a": }', b"[1,]", b"nul"])
+def test_decode_refuses_what_is_not_json_with_a_value_error(document: bytes) -> None:
+    with pytest.raises(json.JSONDecodeError):  # a ValueError, as json.loads raises
+        decode(document)
 
 
 # --- a scripted HTTP/1.1 server ----------------------------------------------------------------------
