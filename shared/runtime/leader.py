@@ -8,7 +8,9 @@ Decides:
   never compared, the renewTime written in the lease is for people only;
 * every write carries the resourceVersion it was decided on (optimistic concurrency): a 409 means
   someone else wrote, so the lease is read again before deciding anew;
-* the leader renews every ``retry_period``, each attempt cut after ``ATTEMPT_PERIODS`` of them;
+* the leader renews every ``retry_period``, each attempt cut after ``ATTEMPT_PERIODS`` of them (an
+  attempt that got no answer is followed at once by another; one that got an answer, an error
+  included, after a retry period);
   ``is_leader()`` is True only while the last successful
   renew was sent less than ``renew_deadline`` ago by our clock (the write path asks before every
   write, so a leader that cannot renew stops writing at that instant, hung requests included), and
@@ -32,6 +34,8 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
+import kr8s
+
 from shared.kube import ApiError, Obj
 from shared.resources import LEASES
 from shared.runtime.metrics import LeaderMetrics
@@ -49,7 +53,10 @@ HTTP_CONFLICT: Final = 409
 READS_PER_ATTEMPT: Final = 2
 # One renew attempt may take this many retry periods (4 s by default), never the whole renew
 # deadline: an attempt sent on a connection that died silently is cut in time for another, which the
-# client dials afresh (a call cut by its caller's deadline retires its connections).
+# client dials afresh (a call cut by its caller's deadline retires its connections), and which is
+# sent at once, with the rest of the deadline: waiting a retry period first would leave it 2 s of
+# the 10, too little for a fresh TLS dial while every informer re-lists (measured behind the fault
+# proxy: the half-open proof lost its lease that way).
 ATTEMPT_PERIODS: Final = 2
 
 
@@ -122,6 +129,7 @@ class LeaderElector:
         self._observed_at = 0.0
         self._renewed_at: float | None = None  # when the last successful write was sent (our clock)
         self._released = False
+        self._unanswered = False  # the last failed attempt got no answer (see ``_attempt``)
         if metrics is not None:
             metrics.set_leading(name, False)
 
@@ -206,7 +214,7 @@ class LeaderElector:
                     )
                     return
                 left = self._time_left()
-                if left > 0:
+                if left > 0 and not self._unanswered:
                     await self._sleep(min(self.retry_period, left))
 
     def _time_left(self) -> float:
@@ -216,12 +224,16 @@ class LeaderElector:
         return self._renewed_at + self.renew_deadline - self._clock()
 
     async def _attempt(self, budget: float) -> bool:
-        """One acquire-or-renew within ``budget`` seconds; True when we hold the lease afterwards."""
+        """One acquire-or-renew within ``budget`` seconds; True when we hold the lease afterwards.
+        ``_unanswered`` says whether a failed one was cut by ``budget`` (or by the client's own
+        timeout): no answer came, so no server asked us to wait."""
         started = self._clock()
+        self._unanswered = False
         try:
             async with asyncio.timeout(budget):
                 held = await self._try_acquire_or_renew()
         except Exception as error:  # a failed attempt is retried; only the deadline decides
+            self._unanswered = isinstance(error, TimeoutError | kr8s.APITimeoutError)
             log.warning("lease %s/%s: attempt failed: %r", self.namespace, self.name, error)
             return False
         if held:

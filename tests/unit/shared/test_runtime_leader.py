@@ -298,11 +298,45 @@ async def test_a_renew_hung_on_a_dead_connection_is_cut_in_time_for_another() ->
     await sleep_until(3)  # last renew sent at t=2
     a.client.armed = True
     await sleep_until(2 + DEADLINE + RETRY)
-    # The attempt sent at t=4 was cut at t=8 (ATTEMPT_PERIODS x RETRY), the next one at t=10 renewed;
+    # The attempt sent at t=4 was cut at t=8 (ATTEMPT_PERIODS x RETRY), the next one renewed at once;
     # an attempt given the whole deadline would have hung until t=12 and stepped down.
     assert a.elector.is_leader()
     assert a.elector.leading.is_set()
-    assert server.spec()["renewTime"] == wall(4 + (ATTEMPT_PERIODS + 1) * RETRY + RETRY)  # and on
+    assert server.spec()["renewTime"] == wall(4 + ATTEMPT_PERIODS * RETRY + 2 * RETRY)  # and on
+    await a.stop()
+
+
+@virtual_time
+async def test_an_attempt_that_got_no_answer_is_followed_at_once_by_another() -> None:
+    """Not a retry period later: the one after a dead connection gets the rest of the deadline."""
+    server = LeaseServer()
+    a = Replica(server, "a")
+    a.client = a.elector.kube = HangsOnce(server)
+    a.start()
+    assert await a.leads_within(1)
+    await sleep_until(3)  # last renew sent at t=2
+    a.client.armed = True
+    cut = 4 + ATTEMPT_PERIODS * RETRY
+    await sleep_until(cut + RETRY / 2)
+    assert server.spec()["renewTime"] == wall(cut)
+    await a.stop()
+
+
+@virtual_time
+async def test_an_attempt_answered_with_an_error_waits_a_retry_period() -> None:
+    """An answer, even a refusal, means a server is there: the next attempt is paced."""
+    server = LeaseServer()
+    a = Replica(server, "a")
+    a.start()
+    assert await a.leads_within(1)
+    await sleep_until(3)  # last renew sent at t=2
+    a.client.broken = "error"
+    await sleep_until(4.5)  # the attempt at t=4 answered 503
+    a.client.broken = ""
+    await sleep_until(4 + RETRY / 2)
+    assert server.spec()["renewTime"] == wall(2)
+    await sleep_until(4 + RETRY + RETRY / 2)
+    assert server.spec()["renewTime"] == wall(4 + RETRY)
     await a.stop()
 
 
