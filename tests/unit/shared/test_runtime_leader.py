@@ -288,37 +288,33 @@ class HangsOnce(LeaseClient):
         await super()._call()
 
 
+async def leading_since_two(server: LeaseServer, client: LeaseClient | None = None) -> Replica:
+    """Replica "a" (with ``client``, if given) leading at t=3, its last renew sent at t=2."""
+    a = Replica(server, "a")
+    if client is not None:
+        a.client = a.elector.kube = client
+    a.start()
+    assert await a.leads_within(1)
+    await sleep_until(3)
+    return a
+
+
 @virtual_time
 async def test_a_renew_hung_on_a_dead_connection_is_cut_in_time_for_another() -> None:
+    """The attempt sent at t=4 is cut at t=8 (ATTEMPT_PERIODS x RETRY) and the next one is sent at
+    once, not a retry period later: it gets the rest of the deadline. An attempt given the whole
+    deadline would have hung until t=12 and stepped down."""
     server = LeaseServer()
-    a = Replica(server, "a")
-    a.client = a.elector.kube = HangsOnce(server)
-    a.start()
-    assert await a.leads_within(1)
-    await sleep_until(3)  # last renew sent at t=2
-    a.client.armed = True
-    await sleep_until(2 + DEADLINE + RETRY)
-    # The attempt sent at t=4 was cut at t=8 (ATTEMPT_PERIODS x RETRY), the next one renewed at once;
-    # an attempt given the whole deadline would have hung until t=12 and stepped down.
-    assert a.elector.is_leader()
-    assert a.elector.leading.is_set()
-    assert server.spec()["renewTime"] == wall(4 + ATTEMPT_PERIODS * RETRY + 2 * RETRY)  # and on
-    await a.stop()
-
-
-@virtual_time
-async def test_an_attempt_that_got_no_answer_is_followed_at_once_by_another() -> None:
-    """Not a retry period later: the one after a dead connection gets the rest of the deadline."""
-    server = LeaseServer()
-    a = Replica(server, "a")
-    a.client = a.elector.kube = HangsOnce(server)
-    a.start()
-    assert await a.leads_within(1)
-    await sleep_until(3)  # last renew sent at t=2
-    a.client.armed = True
+    hangs = HangsOnce(server)
+    a = await leading_since_two(server, hangs)
+    hangs.armed = True
     cut = 4 + ATTEMPT_PERIODS * RETRY
     await sleep_until(cut + RETRY / 2)
     assert server.spec()["renewTime"] == wall(cut)
+    await sleep_until(2 + DEADLINE + RETRY)
+    assert a.elector.is_leader()
+    assert a.elector.leading.is_set()
+    assert server.spec()["renewTime"] == wall(cut + 2 * RETRY)  # and on
     await a.stop()
 
 
@@ -326,10 +322,7 @@ async def test_an_attempt_that_got_no_answer_is_followed_at_once_by_another() ->
 async def test_an_attempt_answered_with_an_error_waits_a_retry_period() -> None:
     """An answer, even a refusal, means a server is there: the next attempt is paced."""
     server = LeaseServer()
-    a = Replica(server, "a")
-    a.start()
-    assert await a.leads_within(1)
-    await sleep_until(3)  # last renew sent at t=2
+    a = await leading_since_two(server)
     a.client.broken = "error"
     await sleep_until(4.5)  # the attempt at t=4 answered 503
     a.client.broken = ""
@@ -343,10 +336,7 @@ async def test_an_attempt_answered_with_an_error_waits_a_retry_period() -> None:
 @virtual_time
 async def test_is_leader_turns_false_by_the_clock_alone_while_the_loop_is_blocked() -> None:
     server = LeaseServer()
-    a = Replica(server, "a")
-    a.start()
-    assert await a.leads_within(1)
-    await sleep_until(3)  # last renew sent at t=2
+    a = await leading_since_two(server)
     a.stalled = DEADLINE - 1.001  # the loop was blocked for ~9s: no task has run meanwhile
     assert a.elector.is_leader()
     a.stalled = DEADLINE - 1  # now 10s after the last renew, and still no task has run
