@@ -301,7 +301,7 @@ class Kube:
         self.timeout = timeout or DEFAULT_TIMEOUT
         self._sleep = sleep  # the pause a 429's Retry-After asks for
         self._pools: _Pools | None = None  # made on the first call
-        self._retired: set[asyncio.Task[None]] = set()  # pools closing after their grace
+        self._retired: dict[asyncio.Task[None], _Pools] = {}  # pools closing after their grace
         # Which credentials are in use: a 401 re-reads them once for every call that had them.
         self._generation = 0
         self._reauthenticating: asyncio.Lock | None = None
@@ -331,9 +331,11 @@ class Kube:
         pools, self._pools = self._pools, None
         if pools is not None:
             await pools.close()
-        for task in list(self._retired):
-            task.cancel()
-        await asyncio.gather(*self._retired, return_exceptions=True)
+        retired = dict(self._retired)
+        for task in retired:
+            task.cancel()  # their grace is over: closed now
+        await asyncio.gather(*retired, return_exceptions=True)
+        await asyncio.gather(*(old.close() for old in retired.values()), return_exceptions=True)
 
     # --- the verbs -------------------------------------------------------------------------------
 
@@ -639,8 +641,8 @@ class Kube:
             await pools.close()
 
         task = loop.create_task(close_later())
-        self._retired.add(task)
-        task.add_done_callback(self._retired.discard)
+        self._retired[task] = pools
+        task.add_done_callback(self._retired.pop)
 
     async def _reauthenticate(self, generation: int) -> None:
         """kr8s re-reads the credentials, once for every call that was answered 401 with them."""

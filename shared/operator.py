@@ -248,7 +248,6 @@ def run(
             task.cancel()  # no pass starts a write after this...
         if "manager" in holder:
             await holder["manager"].release()  # ...so the lease is handed over with nothing in flight
-            await holder["manager"].kube.close()
         stop.set()  # kopf's own stop-flag waiter ends now, not after its grace period
 
     try:

@@ -101,12 +101,15 @@ class Manager:
         self.queue_metrics = QueueMetrics(registry)
         self.leader_metrics = LeaderMetrics(registry)
         self.elector: LeaderElector | None = None
+        self._clients = [kube]  # closed by ``release``
         if leader_election is not None and leader_election.enabled:
+            # Connections of its own (same credentials), as controller-runtime gives leader
+            # election a client of its own: a renewal never queues behind the reconcilers'
+            # writes for a place in the request pool, which a start over hundreds of objects fills.
+            lease_kube = kube.with_own_connections()
+            self._clients.append(lease_kube)
             self.elector = LeaderElector(
-                # Connections of its own (same credentials), as controller-runtime gives leader
-                # election a client of its own: a renewal never queues behind the reconcilers'
-                # writes for a place in the request pool, which a start over hundreds of objects fills.
-                kube.with_own_connections(),
+                lease_kube,
                 leader_election.namespace,
                 leader_election.name,
                 leader_election.identity or default_identity(),
@@ -273,7 +276,9 @@ class Manager:
             await asyncio.gather(*everything, return_exceptions=True)
 
     async def release(self) -> None:
-        """On a graceful stop: hand the lease over at once instead of letting it expire."""
+        """On a graceful stop: hand the lease over at once instead of letting it expire, then close
+        every connection (the lease's own too), so none is left for the interpreter to warn about."""
         if self.elector is not None:  # it gives the lease up only if the lease still names us
             with contextlib.suppress(Exception):
                 await self.elector.release()
+        await asyncio.gather(*(kube.close() for kube in self._clients), return_exceptions=True)
