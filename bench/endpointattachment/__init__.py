@@ -56,10 +56,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--phase-timeout", type=float, help="no new object after this (default 300 s, quick 90 s)"
     )
     parser.add_argument("--operator-workers", type=int, default=8, help="the operator's --workers")
-    parser.add_argument("--churn-rates", default="2,5,10,20,40", help="churn: changes/s, one step each")
+    parser.add_argument("--churn-rates", default="2,5,10,15,20,30,40", help="churn: changes/s, one step each")
     parser.add_argument("--churn-step-seconds", type=float, help="churn: one step (default 60 s, quick 15 s)")
     parser.add_argument("--churn-slots", type=int, default=200, help="churn: applications changes cycle on")
     parser.add_argument("--churn-whole-ramp", action="store_true", help="churn: go on past a step that fails")
+    parser.add_argument(
+        "--churn-workers", type=int, help="churn: the operator's --workers (default: its own)"
+    )
     return parser.parse_args(list(argv))
 
 
@@ -79,7 +82,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         rates=tuple(float(rate) for rate in args.churn_rates.split(",")),
         step_seconds=args.churn_step_seconds or (15.0 if args.quick else 60.0),
         slots=args.churn_slots,
-        operator_workers=args.operator_workers,
+        operator_workers=args.churn_workers,
         whole_ramp=args.churn_whole_ramp,
     )
     started = time.perf_counter()

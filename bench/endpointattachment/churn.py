@@ -37,6 +37,9 @@ a moment skips that change, so the churn was not kept up. Measured per step:
 * context: the operator's passes per change and CPU (share of a core), the benchmark's own CPU, the
   machine's 1-minute load average and the CPU everything else used (the machine is shared).
 
+The operator runs as a subprocess with the admin kubeconfig and its own default ``--workers`` (as
+deployed; ``operator_workers`` sets another).
+
 A step holds when the achieved rate is at least 95 % of the asked one and both SLOs hold
 (``bench.slo.judge``); the ramp stops at the first step that does not. The highest churn the machine
 sustains is the highest step that holds (the target: there is one); the SLO figures at that step are
@@ -125,11 +128,11 @@ NEXT: dict[Kind, Kind] = {
 
 @dataclass(frozen=True)
 class ChurnOptions:
-    rates: tuple[float, ...] = (2.0, 5.0, 10.0, 20.0, 40.0)  # changes per second, one step each
+    rates: tuple[float, ...] = (2.0, 5.0, 10.0, 15.0, 20.0, 30.0, 40.0)  # changes/s, one step each
     step_seconds: float = 60.0
     slots: int = 200
     item_timeout: float = 30.0  # a change unanswered after this counts as infinitely late
-    operator_workers: int = 8
+    operator_workers: int | None = None  # None: the operator's own default, as deployed
     whole_ramp: bool = False  # go on after a step that does not hold
 
 
@@ -429,7 +432,7 @@ async def run(
         ),
         supervised(follow(kube, SERVICES.path(NAMESPACE), churn.on_service), "churn Service watch", say),
     ]
-    args = [f"--workers={options.operator_workers}"]
+    args = [f"--workers={options.operator_workers}"] if options.operator_workers else []
     try:
         async with operator_process("operators.endpointattachment", kubeconfig, args, log_path) as operator:
             await settled(operator)
