@@ -97,7 +97,7 @@ from bench.slo import (
 )
 from operators.endpointattachment.api import ATTACHMENTS, CLASSES
 from operators.endpointattachment.reasons import CONDITION_RESOLVED, REASON_ENDPOINT_NOT_FOUND
-from shared.kube import ApiError, Kube, Obj
+from shared.kube import NO_ANSWER, ApiError, Kube, Obj
 from shared.resources import NAMESPACES, SERVICES
 from tests.support.operators import RunningOperator, operator_process
 from tests.support.waiting import eventually
@@ -106,6 +106,7 @@ NAMESPACE = "bench-churn"
 CLASS_NAME = "bench-churn"
 CHURN_NETWORK = "198.18.32.0"  # RFC 2544's range, after the attach scenario's two /22s
 QUEUE_HISTOGRAM = "workqueue_queue_duration_seconds"
+PASS_HISTOGRAM = "controller_runtime_reconcile_time_seconds"
 SETTLE_TIMEOUT = 180.0  # the operator's start-up passes over what the API already holds
 POPULATE_IN_FLIGHT = 20  # slots given their first attachment at once, before the ramp
 
@@ -244,7 +245,8 @@ class Churn:
 
     async def make(self, slot: Slot) -> Change:
         """The slot's next change: written, then awaited until answered or timed out. An answered
-        slot is idle again; one that timed out is left out of the churn (its state is unknown)."""
+        slot is idle again; one whose write failed or whose answer timed out is left out of the churn
+        (its state is unknown)."""
         kind = NEXT[slot.last]
         change = Change(kind, asyncio.get_running_loop().create_future())
         if kind is Kind.CREATE:
@@ -254,9 +256,8 @@ class Churn:
         change.sent_at = time.perf_counter()
         try:
             await self._write(slot, kind)
-        except ApiError:
-            slot.change = None
-            self.idle.append(slot)
+        except (ApiError, *NO_ANSWER):
+            slot.change = None  # refused or unanswered: its state is unknown, the slot leaves the churn
             return change
         change.accepted_at = time.perf_counter()
         with contextlib.suppress(TimeoutError):
@@ -280,7 +281,10 @@ class Step:
     skipped: int = 0  # paced moments with no idle slot
     started: float = 0.0
     queue: list[tuple[float, float]] = field(default_factory=list)  # bucket deltas over the step
+    pass_times: list[tuple[float, float]] = field(default_factory=list)  # the passes' durations, too
     passes: float = 0.0
+    pass_seconds: float = 0.0  # the passes' durations, summed
+    workers: float = 0.0
     operator_cpu: float = 0.0
     own_cpu: float = 0.0
     control_plane_cpu: float = 0.0  # the API server and etcd
@@ -363,9 +367,19 @@ async def run_step(
         buckets(after, QUEUE_HISTOGRAM, name=ATTACHMENT_QUEUE),
         buckets(before, QUEUE_HISTOGRAM, name=ATTACHMENT_QUEUE),
     )
-    step.passes = _sum(after, "controller_runtime_reconcile_total", controller=ATTACHMENT_QUEUE) - _sum(
-        before, "controller_runtime_reconcile_total", controller=ATTACHMENT_QUEUE
+    step.pass_times = bucket_delta(
+        buckets(after, PASS_HISTOGRAM, controller=ATTACHMENT_QUEUE),
+        buckets(before, PASS_HISTOGRAM, controller=ATTACHMENT_QUEUE),
     )
+
+    def grew(metric: str) -> float:
+        return _sum(after, metric, controller=ATTACHMENT_QUEUE) - _sum(
+            before, metric, controller=ATTACHMENT_QUEUE
+        )
+
+    step.passes = grew("controller_runtime_reconcile_total")
+    step.pass_seconds = grew(f"{PASS_HISTOGRAM}_sum")
+    step.workers = _sum(after, "controller_runtime_max_concurrent_reconciles", controller=ATTACHMENT_QUEUE)
     return step
 
 
@@ -499,7 +513,8 @@ def rows(options: ChurnOptions, steps: Sequence[Step]) -> list[Row]:
                 f"{label}: achieved ({'holds' if verdict.holds else 'does not hold'})",
                 f"{figures.achieved_rate:.1f}/s",
                 f"≥ {KEPT_UP:.0%} of asked: {'yes' if verdict.kept_up else 'no'}",
-                ratio=f"{len(step.accepted):,} changes, {step.skipped} skipped (no idle slot); "
+                ratio=f"{len(step.accepted):,} changes, {len(step.changes) - len(step.accepted)} writes "
+                f"failed, {step.skipped} skipped (no idle slot); "
                 f"load avg {step.load:.2f}",
             )
         )
@@ -525,6 +540,15 @@ def rows(options: ChurnOptions, steps: Sequence[Step]) -> list[Row]:
                     if base and status is not None and status != float("inf")
                     else ""
                 ),
+            )
+        )
+        busy = step.pass_seconds / max(step.wall * step.workers, 1e-9)
+        out.append(
+            Row(
+                f"  {label}: pass duration p99; workers busy",
+                f"{_quantity(histogram_quantile(QUANTILE, step.pass_times))}; {busy:.0%}",
+                ratio=f"of {step.workers:.0f} workers: near 100 % the queue waits for the API's answers, "
+                "far below for the operator's CPU",
             )
         )
         by_kind = " / ".join(
