@@ -14,7 +14,7 @@ Decides, as controller-runtime's builder and controller do:
   comes before its answer: a change that would wake a key whose pass is running is held until the
   pass ends, and dropped if it carries the resourceVersion of one of the pass's own answers (the
   same object, as written); otherwise the key is queued then, its queue time counted from the
-  change;
+  change (not with ``debounce``: that queue's hold already folds a burst, and would start later);
 * ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
   "again, with backoff") or raises: ``TerminalError`` is counted and not retried, ``Conflict`` is
   retried with backoff without a traceback, anything else is logged and retried with backoff;
@@ -329,7 +329,8 @@ class Controller:
         if _RECONCILING.get() == (self.wiring.name, key):
             return
         version = str(_metadata(new).get("resourceVersion") or "") if new is not None else ""
-        if resource is not None and new is not None and version and key in self._started:
+        held = self.wiring.debounce <= 0  # a debounced queue holds its own bursts: not delayed more
+        if held and resource is not None and new is not None and version and key in self._started:
             self._during.setdefault(key, []).append(((resource, key_of(new), version), time.monotonic()))
             return
         self.queue.add(key)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextvars
+import dataclasses
 import time
 from collections.abc import Iterable
 from typing import Any
@@ -123,11 +124,13 @@ class Recorder:
         return self.outcome  # type: ignore[no-any-return]
 
 
-def controller(reconciler: Recorder, registry: CollectorRegistry | None = None) -> Controller:
+def controller(
+    reconciler: Recorder, registry: CollectorRegistry | None = None, wiring: Wiring = WIRING
+) -> Controller:
     registry = registry or CollectorRegistry()
     caches = StaticCaches({WIDGETS: Store(), GADGETS: Store(), PARTS: Store()})
     return Controller(
-        WIRING,
+        wiring,
         reconciler,
         caches,
         metrics=ControllerMetrics(registry),
@@ -240,6 +243,14 @@ def test_a_change_held_during_a_pass_counts_its_queue_time_from_the_change() -> 
     assert len(c.queue) == 1
     added = c.queue._metrics._added[key]  # type: ignore[union-attr]
     assert before <= added <= heard
+
+
+async def test_a_debounced_queue_is_woken_during_a_pass_as_before() -> None:
+    """Its hold folds bursts (echoes included) and starts at the change, not at the pass's end."""
+    c = controller(Recorder(), wiring=dataclasses.replace(WIRING, debounce=0.5))
+    c._started[("ns", "w1")] = 0.0  # the pass over ns/w1 is running
+    deliver(c, PARTS, part("p1", "7"), part("p1", "8"))
+    assert ("ns", "w1") in c.queue._held
 
 
 @pytest.mark.parametrize(
