@@ -8,6 +8,10 @@ operator's CRD, Flux's HelmRelease CRD and the address substrate's CRDs, and mea
   controller; create-to-Provisioned p50 and p99 as ratios against making the same claim and
   LoadBalancer Service by hand, at the same concurrency (target: p50 at most 1.2x), and the
   operator's API requests per attachment (target: at most 8). See ``attach``.
+* ``churn``: the controller's SLOs under a ramp of churn the operator alone answers (attachments
+  created and deleted, their endpoint Services deleted and back): ``workqueue_queue_duration_seconds``
+  p99 at most 1 s and change to status p99 at most 5 s, against the API server's own answer to the
+  same writes; reports the highest churn that holds both. See ``churn``.
 
 ``--quick`` runs 100 attachments. Targets live here, never in tests; ``run`` returns 1 when a figure
 misses its target (``python -m bench`` wires ``run`` in), 0 otherwise.
@@ -24,7 +28,7 @@ import time
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-from bench.endpointattachment import attach
+from bench.endpointattachment import attach, churn
 from bench.endpointattachment.report import Row, table
 from hack.devcluster import LocalControlPlane
 from shared.kube import Kube
@@ -42,7 +46,7 @@ CRD_FILES = (
 def parse(argv: Sequence[str]) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench endpointattachment", description=__doc__)
     parser.add_argument("--quick", action="store_true", help="100 attachments")
-    parser.add_argument("--scenario", choices=("all", "attach"), default="all")
+    parser.add_argument("--scenario", choices=("all", "attach", "churn"), default="all")
     parser.add_argument("--attachments", type=int, help="default 1,000 (100 with --quick)")
     parser.add_argument("--apps", type=int, default=4, help="applications whose endpoints are attached")
     parser.add_argument("--in-flight", type=int, default=20, help="objects created and not yet done")
@@ -52,6 +56,13 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--phase-timeout", type=float, help="no new object after this (default 300 s, quick 90 s)"
     )
     parser.add_argument("--operator-workers", type=int, default=8, help="the operator's --workers")
+    parser.add_argument("--churn-rates", default="2,5,10,15,20,30,40", help="churn: changes/s, one step each")
+    parser.add_argument("--churn-step-seconds", type=float, help="churn: one step (default 60 s, quick 15 s)")
+    parser.add_argument("--churn-slots", type=int, default=200, help="churn: applications changes cycle on")
+    parser.add_argument("--churn-whole-ramp", action="store_true", help="churn: go on past a step that fails")
+    parser.add_argument(
+        "--churn-workers", type=int, help="churn: the operator's --workers (default: its own)"
+    )
     return parser.parse_args(list(argv))
 
 
@@ -66,6 +77,13 @@ def run(argv: Sequence[str] | None = None) -> int:
         item_timeout=args.item_timeout,
         phase_timeout=args.phase_timeout or (90.0 if args.quick else 300.0),
         operator_workers=args.operator_workers,
+    )
+    churn_options = churn.ChurnOptions(
+        rates=tuple(float(rate) for rate in args.churn_rates.split(",")),
+        step_seconds=args.churn_step_seconds or (15.0 if args.quick else 60.0),
+        slots=args.churn_slots,
+        operator_workers=args.churn_workers,
+        whole_ramp=args.churn_whole_ramp,
     )
     started = time.perf_counter()
 
@@ -87,6 +105,7 @@ def run(argv: Sequence[str] | None = None) -> int:
                 _run(
                     args.scenario,
                     attach_options,
+                    churn_options,
                     cluster.kubeconfig,
                     pids,
                     control_plane.dir,
@@ -111,6 +130,7 @@ def run(argv: Sequence[str] | None = None) -> int:
 async def _run(
     scenario: str,
     attach_options: attach.AttachOptions,
+    churn_options: churn.ChurnOptions,
     kubeconfig: str,
     pids: attach.ClusterPids,
     log_dir: Path,
@@ -126,4 +146,10 @@ async def _run(
         )
         rows += result.rows
         notes += result.notes
+    if scenario in ("all", "churn"):
+        churn_rows, churn_notes = await churn.run(
+            churn_options, kubeconfig, pids, log_dir / "endpointattachment-churn-operator.log", say
+        )
+        rows += churn_rows
+        notes += churn_notes
     return rows, notes

@@ -253,17 +253,45 @@ def address_class(name: str, network: str, prefix: int) -> Obj:
     }
 
 
-def attachment(name: str, endpoint: Endpoint) -> Obj:
+def attachment(
+    name: str, endpoint: Endpoint, namespace: str = NAMESPACE, class_name: str = CLASS_NAME
+) -> Obj:
     """An attachment as a tenant writes it from Cozystack's documentation, minting from the class."""
     return {
         "apiVersion": API_VERSION,
         "kind": ATTACHMENT_KIND,
-        "metadata": {"name": name, "namespace": NAMESPACE},
+        "metadata": {"name": name, "namespace": namespace},
         "spec": {
             "applicationRef": {"kind": "Postgres", "name": endpoint.app},
             "endpoint": {"serviceName": endpoint.name},
-            "loadBalancer": {"className": CLASS_NAME},
+            "loadBalancer": {"className": class_name},
         },
+    }
+
+
+def helmrelease(app: str) -> Obj:
+    """The application's HelmRelease, with the lineage labels Cozystack's webhook gives it."""
+    return {
+        "apiVersion": "helm.toolkit.fluxcd.io/v2",
+        "kind": "HelmRelease",
+        "metadata": {"name": f"postgres-{app}", "labels": _lineage(app)},
+        "spec": {
+            "interval": "5m",
+            "chart": {"spec": {"chart": "postgres", "sourceRef": {"kind": "HelmRepository", "name": "apps"}}},
+        },
+    }
+
+
+def endpoint_service(app: str) -> Obj:
+    """The application's tenant-facing endpoint Service (lineage labels, selecting its pods)."""
+    return {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {
+            "name": f"postgres-{app}-rw",
+            "labels": {**_lineage(app), TENANT_RESOURCE_LABEL: LABEL_TRUE},
+        },
+        "spec": {"selector": {"app": app}, "ports": [{"name": "postgres", "port": 5432, "targetPort": 5432}]},
     }
 
 
@@ -280,34 +308,20 @@ async def install_world(kube: Kube, options: AttachOptions) -> list[Endpoint]:
     endpoints = []
     for index in range(options.apps):
         app = f"app{index}"
-        release = {
-            "apiVersion": "helm.toolkit.fluxcd.io/v2",
-            "kind": "HelmRelease",
-            "metadata": {"name": f"postgres-{app}", "labels": _lineage(app)},
-            "spec": {
-                "interval": "5m",
-                "chart": {
-                    "spec": {"chart": "postgres", "sourceRef": {"kind": "HelmRepository", "name": "apps"}}
-                },
-            },
-        }
-        await kube.create(HELMRELEASES.path(NAMESPACE), release)
-        selector = {"app": app}
-        service = {
-            "apiVersion": "v1",
-            "kind": "Service",
-            "metadata": {
-                "name": f"postgres-{app}-rw",
-                "labels": {**_lineage(app), TENANT_RESOURCE_LABEL: LABEL_TRUE},
-            },
-            "spec": {"selector": selector, "ports": [{"name": "postgres", "port": 5432, "targetPort": 5432}]},
-        }
-        created = await kube.create(SERVICES.path(NAMESPACE), service)
-        endpoints.append(Endpoint(app, created["metadata"]["name"], selector, list(created["spec"]["ports"])))
-        await _ready_pod(kube, f"{app}-0", selector, f"10.244.1.{10 + index}")
+        endpoint = await install_application(kube, NAMESPACE, app)
+        endpoints.append(endpoint)
+        await _ready_pod(kube, f"{app}-0", endpoint.selector, f"10.244.1.{10 + index}")
     for name, network in ((CLASS_NAME, ATTACH_NETWORK), (BASELINE_CLASS, BASELINE_NETWORK)):
         await kube.create(CLASSES.path(), address_class(name, network, options.prefix))
     return endpoints
+
+
+async def install_application(kube: Kube, namespace: str, app: str) -> Endpoint:
+    """One application: its HelmRelease and its endpoint Service (no Pod)."""
+    await kube.create(HELMRELEASES.path(namespace), helmrelease(app))
+    created = await kube.create(SERVICES.path(namespace), endpoint_service(app))
+    spec = created["spec"]
+    return Endpoint(app, created["metadata"]["name"], dict(spec["selector"]), list(spec["ports"]))
 
 
 async def _ready_pod(kube: Kube, name: str, labels: Mapping[str, str], ip: str) -> None:

@@ -10,7 +10,11 @@ Decides, as controller-runtime's builder and controller do:
   synced; ``writes`` lists the verbs ``reconcile`` uses, so a test can hold the ClusterRole to
   exactly what the wiring declares;
 * a change made by a reconcile's own write (write-through, see ``writes``) never wakes the key that
-  made it: that pass already decided with what it wrote;
+  made it: that pass already decided with what it wrote. That holds too when the write's watch event
+  comes before its answer: a change that would wake a key whose pass is running is held until the
+  pass ends, and dropped if it carries the resourceVersion of one of the pass's own answers (the
+  same object, as written); otherwise the key is queued then, its queue time counted from the
+  change (not with ``debounce``: that queue's hold already folds a burst, and would start later);
 * ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
   "again, with backoff") or raises: ``TerminalError`` is counted and not retried, ``Conflict`` is
   retried with backoff without a traceback, anything else is logged and retried with backoff;
@@ -222,6 +226,17 @@ class Wiring:
 
 # The (controller, key) the current task is reconciling: its own writes do not wake it again.
 _RECONCILING: ContextVar[tuple[str, Key] | None] = ContextVar("reconciling", default=None)
+# What the current pass's writes were answered with: (kind, object key, resourceVersion).
+_WRITTEN: ContextVar[set[tuple[Resource, Key, str]] | None] = ContextVar("written", default=None)
+Wrote = tuple[Resource, Key, str]
+
+
+def wrote(resource: Resource, obj: Mapping[str, Any]) -> None:
+    """The current pass's write of ``resource`` was answered with ``obj`` (the ``Writer`` tells each)."""
+    written = _WRITTEN.get()
+    version = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+    if written is not None and version:
+        written.add((resource, key_of(obj), version))
 
 
 def owner_key(primary_kind: str, primary_namespaced: bool, obj: Obj | None) -> Key | None:
@@ -258,6 +273,8 @@ class Controller:
         )
         self._started: dict[Key, float] = {}  # keys in a reconcile, since when (liveness)
         self._read_generation: dict[Key, object] = {}  # the primary's generation each pass read
+        # Changes that came while their key's pass ran: (what changed, when), judged when it ends.
+        self._during: dict[Key, list[tuple[Wrote, float]]] = {}
         metrics.set_max_concurrent(wiring.name, wiring.workers)
 
     # --- event side: handlers the manager attaches to the informers -------------------------------
@@ -280,17 +297,17 @@ class Controller:
                             # than what we stored, and dropped).
                             self.queue.add(key)
                         else:
-                            self.enqueue(key)
+                            self.enqueue(key, wiring.primary, new)
                         break
 
         yield wiring.primary, on_primary
         for owned in wiring.owns:
 
-            def on_owned(old: Obj | None, new: Obj | None) -> None:
+            def on_owned(old: Obj | None, new: Obj | None, _owned: Resource = owned) -> None:
                 for version in (old, new):
                     key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
                     if key is not None:
-                        self.enqueue(key)
+                        self.enqueue(key, _owned, new)
 
             yield owned, on_owned
         for watch in wiring.watches:
@@ -302,14 +319,28 @@ class Controller:
                         if version is not None:
                             keys.update(_watch.map(self.caches, version))
                     for key in keys:
-                        self.enqueue(key)
+                        self.enqueue(key, _watch.resource, new)
 
             yield watch.resource, on_watched
 
-    def enqueue(self, key: Key) -> None:
-        """Wake ``key``, unless the change comes from that very key's pass writing."""
-        if _RECONCILING.get() != (self.wiring.name, key):
-            self.queue.add(key)
+    def enqueue(self, key: Key, resource: Resource | None = None, new: Obj | None = None) -> None:
+        """Wake ``key``, unless the change comes from that very key's pass writing: in its task
+        (write-through), or as ``new`` of ``resource`` while the pass runs (held until it ends)."""
+        if _RECONCILING.get() == (self.wiring.name, key):
+            return
+        version = str(_metadata(new).get("resourceVersion") or "") if new is not None else ""
+        held = self.wiring.debounce <= 0  # a debounced queue holds its own bursts: not delayed more
+        if held and resource is not None and new is not None and version and key in self._started:
+            self._during.setdefault(key, []).append(((resource, key_of(new), version), time.monotonic()))
+            return
+        self.queue.add(key)
+
+    def _woken_during(self, key: Key, written: set[Wrote]) -> None:
+        """The pass over ``key`` ends: queue it for the changes that came meanwhile but its own
+        writes' echoes (counted in the queue from the first of them)."""
+        woken = [at for change, at in self._during.pop(key, ()) if change not in written]
+        if woken:
+            self.queue.add(key, since=min(woken))
 
     # --- work side -------------------------------------------------------------------------------
 
@@ -353,6 +384,8 @@ class Controller:
         self._started[key] = started
         self._read_generation[key] = _generation(obj) if obj is not None else None
         token = _RECONCILING.set((name, key))
+        written: set[Wrote] = set()
+        written_token = _WRITTEN.set(written)
         result = RESULT_ERROR
         trace_id: str | None = None
         try:
@@ -405,6 +438,8 @@ class Controller:
                 return result
         finally:
             _RECONCILING.reset(token)
+            _WRITTEN.reset(written_token)
+            self._woken_during(key, written)
             self._started.pop(key, None)
             self._read_generation.pop(key, None)
             self.metrics.observe(name, result, time.monotonic() - started, trace_id)

@@ -49,11 +49,11 @@ class QueueMetricsHandle:
         metrics.unfinished.labels(name=name).set_function(self.unfinished_seconds)
         metrics.longest.labels(name=name).set_function(self.longest_running_seconds)
 
-    def add(self, key: Hashable) -> None:
-        """``key`` was queued (it was not queued already)."""
+    def add(self, key: Hashable, since: float | None = None) -> None:
+        """``key`` was queued (it was not queued already), woken at ``since`` (None: now)."""
         self._adds.inc()
         self._depth.inc()
-        self._added.setdefault(key, self._clock())
+        self._added.setdefault(key, self._clock() if since is None else since)
 
     def get(self, key: Hashable) -> None:
         """``key`` was handed to a worker."""

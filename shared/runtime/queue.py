@@ -136,12 +136,13 @@ class WorkQueue(Generic[K]):
 
     # --- adding ----------------------------------------------------------------------------------
 
-    def add(self, key: K) -> None:
-        """Queue ``key`` (after its debounce hold when ``debounce`` is set)."""
+    def add(self, key: K, *, since: float | None = None) -> None:
+        """Queue ``key`` (after its debounce hold when ``debounce`` is set). ``since``: when the wake
+        really came, by the clock, if earlier (its time in the queue is counted from then)."""
         if self._shut or key in self._dirty:
             return
         if self.debounce <= 0:
-            self._enqueue(key)
+            self._enqueue(key, since)
             return
         now = self._clock()
         hold = self._held.get(key)
@@ -235,7 +236,7 @@ class WorkQueue(Generic[K]):
 
     # --- internals -------------------------------------------------------------------------------
 
-    def _enqueue(self, key: K) -> None:
+    def _enqueue(self, key: K, since: float | None = None) -> None:
         """Mark ``key`` dirty now: it goes to a worker, or right after its current worker is done."""
         hold = self._held.pop(key, None)
         if hold is not None and hold.timer is not None:
@@ -247,7 +248,7 @@ class WorkQueue(Generic[K]):
             return
         self._dirty.add(key)
         if self._metrics is not None:
-            self._metrics.add(key)
+            self._metrics.add(key, since)
         if key not in self._processing:
             self._push(key)
 

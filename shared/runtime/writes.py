@@ -33,7 +33,7 @@ from shared.conditions import JsonPatch
 from shared.kube import ApiError, Kube, PatchKind
 from shared.resources import Resource
 from shared.runtime.cache import Informer, Obj, key_of
-from shared.runtime.controller import Conflict, NotLeader, Write
+from shared.runtime.controller import Conflict, NotLeader, Write, wrote
 from shared.telemetry.tracing import stamp
 
 
@@ -65,6 +65,8 @@ class Writer:
         deletion timestamp and no finalizer left is an object this write removed: the informer
         forgets it (its DELETED event may already have been applied; remembering it would keep a
         ghost in the cache for good)."""
+        if obj:
+            wrote(resource, obj)
         informer = self.informer_of(resource)
         if obj and informer is not None:
             metadata = obj.get("metadata") or {}

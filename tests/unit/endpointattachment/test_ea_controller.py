@@ -286,7 +286,7 @@ def woken(kind: str, old: Obj | None, new: Obj | None, monkeypatch: pytest.Monke
         tracing=Tracing(NoOpTracerProvider(), "test"),
     )
     keys: set[Key] = set()
-    monkeypatch.setattr(running, "enqueue", keys.add)
+    monkeypatch.setattr(running, "enqueue", lambda key, *_: keys.add(key))  # the key; not what changed
     for resource, handler in running.handlers():
         if resource == KINDS[kind]:
             handler(old, new)

@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import asyncio
+import contextvars
+import dataclasses
+import time
 from collections.abc import Iterable
 from typing import Any
 
@@ -32,6 +35,7 @@ from shared.runtime.controller import (
     owner_key,
     reconciling,
     spec_or_metadata_changed,
+    wrote,
 )
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.telemetry.tracing import Tracing
@@ -120,11 +124,13 @@ class Recorder:
         return self.outcome  # type: ignore[no-any-return]
 
 
-def controller(reconciler: Recorder, registry: CollectorRegistry | None = None) -> Controller:
+def controller(
+    reconciler: Recorder, registry: CollectorRegistry | None = None, wiring: Wiring = WIRING
+) -> Controller:
     registry = registry or CollectorRegistry()
     caches = StaticCaches({WIDGETS: Store(), GADGETS: Store(), PARTS: Store()})
     return Controller(
-        WIRING,
+        wiring,
         reconciler,
         caches,
         metrics=ControllerMetrics(registry),
@@ -180,6 +186,71 @@ def test_our_write_carrying_someone_elses_spec_change_wakes_the_pass_again() -> 
         assert len(c.queue) == 0  # our own metadata write: no self-wake
         deliver(c, WIDGETS, obj("w1", generation=1), obj("w1", generation=2))
     assert len(c.queue) == 1
+
+
+def part(name: str, version: str) -> Obj:
+    """A part of ns/w1 at a resourceVersion."""
+    found = owned_by(name)
+    found["metadata"]["resourceVersion"] = version
+    return found
+
+
+class WritesThenHears:
+    """A pass over ns/w1 whose write of part p1 is answered at version 7, and which hears, from the
+    informer's task (not its own), the change ``heard`` before the pass ends."""
+
+    def __init__(self, c: Controller | None, heard: tuple[Obj | None, Obj | None]) -> None:
+        self.c, self.heard = c, heard
+
+    async def reconcile(self, key: Key) -> Result | None:
+        assert self.c is not None
+        contextvars.Context().run(deliver, self.c, PARTS, *self.heard)  # the watch event, first
+        wrote(PARTS, part("p1", "7"))  # then the write's answer
+        return None
+
+
+# (what the pass heard while it ran, whether the key is queued again when it ends)
+HEARD_DURING_A_PASS: list[tuple[str, tuple[Obj | None, Obj | None], bool]] = [
+    ("the echo of its own write, come before the answer", (None, part("p1", "7")), False),
+    ("its own object at another version: someone else's change", (part("p1", "7"), part("p1", "8")), True),
+    ("another object at the same version", (None, part("p2", "7")), True),
+    ("a deletion (no version of ours)", (part("p1", "7"), None), True),
+]
+
+
+@pytest.mark.parametrize(
+    ("what", "heard", "again"), HEARD_DURING_A_PASS, ids=[c[0] for c in HEARD_DURING_A_PASS]
+)
+async def test_a_change_heard_during_a_pass_wakes_it_unless_its_own_echo(
+    what: str, heard: tuple[Obj | None, Obj | None], again: bool
+) -> None:
+    reconciler = WritesThenHears(None, heard)
+    c = controller(reconciler)  # type: ignore[arg-type]
+    reconciler.c = c
+    assert await c.reconcile_once(("ns", "w1")) == RESULT_SUCCESS
+    assert len(c.queue) == (1 if again else 0)
+
+
+def test_a_change_held_during_a_pass_counts_its_queue_time_from_the_change() -> None:
+    c = controller(Recorder())
+    key = ("ns", "w1")
+    c._started[key] = 0.0  # the pass over ns/w1 is running
+    before = time.monotonic()
+    deliver(c, PARTS, part("p1", "7"), part("p1", "8"))
+    heard = time.monotonic()
+    assert len(c.queue) == 0  # held until the pass ends
+    c._woken_during(key, written=set())  # the pass ends, later
+    assert len(c.queue) == 1
+    added = c.queue._metrics._added[key]  # type: ignore[union-attr]
+    assert before <= added <= heard
+
+
+async def test_a_debounced_queue_is_woken_during_a_pass_as_before() -> None:
+    """Its hold folds bursts (echoes included) and starts at the change, not at the pass's end."""
+    c = controller(Recorder(), wiring=dataclasses.replace(WIRING, debounce=0.5))
+    c._started[("ns", "w1")] = 0.0  # the pass over ns/w1 is running
+    deliver(c, PARTS, part("p1", "7"), part("p1", "8"))
+    assert ("ns", "w1") in c.queue._held
 
 
 @pytest.mark.parametrize(
