@@ -43,6 +43,7 @@ from typing import Any, TypeVar
 from bench.gpuclass.pure import collector_off
 from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import (
+    GPU_TAINT_KEY,
     GpuResource,
     class_objects,
     gpu_resources,
@@ -51,9 +52,17 @@ from bench.gpuclass.world import (
     node_name,
     node_object,
 )
+from bench.slo import (
+    QUEUE_P99_TARGET,
+    STATUS_P99_TARGET,
+    bucket_delta,
+    buckets,
+    histogram_quantile,
+    tail_quantile,
+)
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from operators.gpuclass.api import GPUCLASSES
-from operators.gpuclass.controller import POD_FIELD_SELECTOR
+from operators.gpuclass.controller import CONTROLLER_NAME, POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory, pod_key
 from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled
 from operators.gpuclass.reconcile import ClassDecision, decide
@@ -78,6 +87,17 @@ LOADS_SAMPLE = 4_000  # pod events kept as text for the json.loads baseline
 LOADS_SAMPLE_INTERVAL_SECONDS = 1.0
 LOADS_SAMPLE_MIN_EVENTS = 200  # a sample needs this many events kept (fewer: too short to time)
 POLL_SECONDS = 0.05  # the poll interval while waiting for convergence (bounded by a deadline)
+# The controller SLOs under the churn (issue 18), from a probe: a class of its own on a node of its
+# own (a resource name no other class or node has), whose pod is created and deleted in turn while
+# the churn runs, each change timed until the class's freeUnits shows it (polled), against the API
+# server's own answer to the same write. The probe's changes queue behind the churn's, in the same
+# one pass over every class.
+PROBE_CLASS = "bench-probe"
+PROBE_NODE = "bench-probe-node"
+PROBE_UNITS = 8
+PROBE_INTERVAL_SECONDS = 2.0  # between one probe change's answer and the next change
+PROBE_ANSWER_SECONDS = 60.0  # a change not shown by then counts as never shown (infinitely late)
+QUEUE_HISTOGRAM = "workqueue_queue_duration_seconds"
 
 
 @dataclass(frozen=True)
@@ -147,8 +167,8 @@ async def _run(
 ) -> LiveResult:
     kube = await Kube.connect(cluster.kubeconfig)
     rng = random.Random(options.seed)
-    resources = gpu_resources(options.resources)
-    await _install(kube, resources)
+    *resources, probe_resource = gpu_resources(options.resources + 1)  # the last: the probe's
+    await _install(kube, [*resources, probe_resource])
     args = [
         f"--kubevirt-recheck-seconds={options.recheck_seconds}",
         f"--kubevirt-namespace={KUBEVIRT_NAMESPACE}",
@@ -159,6 +179,8 @@ async def _run(
         for gpu_class in class_objects(rng, resources, options.classes):  # oldest first
             metadata = {"name": gpu_class["metadata"]["name"]}
             await kube.create(GPUCLASSES.path(), {**gpu_class, "metadata": metadata})
+        probe = Probe(kube, probe_resource)
+        await probe.install()
 
         writes = WriteCounter(kube)
         await writes.start()
@@ -168,12 +190,16 @@ async def _run(
         baseline = LoadsBaseline(pod_events)
         baseline.start()
         limit = asyncio.Semaphore(options.concurrency)
+        queue_before = buckets(await operator.scrape(), QUEUE_HISTOGRAM, name=CONTROLLER_NAME)
         started = time.perf_counter()
         say(f"live: creating {options.pods:,} GPU pods, then {options.churn_rounds} rounds of churn")
+        probing = asyncio.create_task(probe.run())
         await _gather(limit, [_create_pod(kube, churn) for _ in range(options.pods)])
         for _ in range(options.churn_rounds):
             await _gather(limit, _churn_round(kube, churn))
         churn_seconds = time.perf_counter() - started
+        await probe.stop(probing)
+        queue_after = buckets(await operator.scrape(), QUEUE_HISTOGRAM, name=CONTROLLER_NAME)
 
         say("live: one last change, then waiting for the status to converge")
         observed = await _observe(kube)
@@ -217,6 +243,11 @@ async def _run(
     # loaded machine that slows the churn down raises the whole-process figure without any change of
     # code, so the figure net of it is shown beside the target's (which stays whole-process).
     net_per_event = max(operator_cpu - idle_rate * run_seconds, 0.0) / max(events_sent, 1)
+    queued = bucket_delta(queue_after, queue_before)
+    queue_p99 = histogram_quantile(0.99, queued)
+    queue_count = queued[-1][1] if queued else 0.0
+    status_p99 = tail_quantile(probe.latencies, probe.unanswered)
+    write_p99 = tail_quantile(probe.writes, 0)
     rows = [
         Row(
             "live: status converged after the last change",
@@ -259,6 +290,24 @@ async def _run(
             f"{seconds(idle_rate * run_seconds)} of {seconds(operator_cpu)}; "
             f"÷ json.loads median = {times(net_per_event / loads_seconds)}"
             f" (÷ min: {times(net_per_event / loads_min)})",
+        ),
+        Row(
+            f"live: {QUEUE_HISTOGRAM} p99 during the churn",
+            seconds(queue_p99) if queue_p99 is not None else "-",
+            f"≤ {seconds(QUEUE_P99_TARGET)}",
+            queue_p99 is not None and queue_p99 <= QUEUE_P99_TARGET,
+            f"from the histogram's buckets over the churn ({queue_count:.0f} keys queued), "
+            "as histogram_quantile computes it",
+        ),
+        Row(
+            f"live: a pod change to its class's status, p99 (probe, {len(probe.latencies)} changes)",
+            seconds(status_p99) if status_p99 is not None else "-",
+            f"≤ {seconds(STATUS_P99_TARGET)}",
+            status_p99 is not None and status_p99 <= STATUS_P99_TARGET,
+            f"this ÷ the API server's answer to the same writes (p99 {seconds(write_p99)}) = "
+            f"{times(status_p99 / write_p99)}"
+            if status_p99 is not None and write_p99
+            else f"{probe.unanswered} never shown",
         ),
         Row(
             f"context: churn, {churn.changes:,} pod changes ({churn.created:,} creations)",
@@ -521,6 +570,72 @@ async def _status_matches(kube: Kube, expected: Mapping[str, ClassDecision]) -> 
 
 
 # --- counting writes ----------------------------------------------------------------------------
+
+
+class Probe:
+    """The SLO probe (see ``PROBE_CLASS``): its pod created and deleted in turn until ``stop``, each
+    change's time until the class's freeUnits shows it, and each write's own answer time."""
+
+    def __init__(self, kube: Kube, resource: GpuResource) -> None:
+        self.kube = kube
+        self.resource = resource
+        self.latencies: list[float] = []
+        self.writes: list[float] = []
+        self.unanswered = 0
+        self._stopping = asyncio.Event()
+
+    async def install(self) -> None:
+        """Its node (Ready, schedulable, tainted as GPU nodes are) and its class, the one of its name."""
+        toleration = {"key": GPU_TAINT_KEY, "operator": "Exists", "effect": "NoSchedule"}
+        node = node_object(random.Random(0), PROBE_NODE, self.resource, PROBE_UNITS)
+        node["spec"] = {"taints": [{"key": GPU_TAINT_KEY, "value": "present", "effect": "NoSchedule"}]}
+        node["status"]["conditions"] = [
+            c if c["type"] != "Ready" else {**c, "status": "True"} for c in node["status"]["conditions"]
+        ]
+        await _create_node(self.kube, node)
+        spec = {"resourceName": self.resource.name, "tolerations": [toleration]}
+        body = {"apiVersion": GPUCLASSES.api_version, "kind": "GPUClass", "metadata": {"name": PROBE_CLASS}}
+        await self.kube.create(GPUCLASSES.path(), {**body, "spec": spec})
+        await self._shown(PROBE_UNITS, PROBE_ANSWER_SECONDS)
+
+    async def run(self) -> None:
+        serial = 0
+        while not self._stopping.is_set():
+            serial += 1
+            manifest = launcher_manifest(f"probe-{serial}", self.resource.name, 1, PROBE_NODE)
+            sent = time.perf_counter()
+            created = await self.kube.create(PODS.path(NAMESPACE), manifest)
+            await self._answered(sent, PROBE_UNITS - 1)
+            path = PODS.path(NAMESPACE, created["metadata"]["name"])
+            sent = time.perf_counter()
+            await self.kube.delete(path, grace_period_seconds=0)
+            await self._answered(sent, PROBE_UNITS)
+
+    async def stop(self, task: asyncio.Task[None]) -> None:
+        """After the change in flight (the last one is always a deletion: no probe pod is left)."""
+        self._stopping.set()
+        await task
+
+    async def _answered(self, sent: float, free: int) -> None:
+        """The write sent at ``sent`` answered now: until its change shows, then the probe's pace."""
+        self.writes.append(time.perf_counter() - sent)
+        shown = await self._shown(free, PROBE_ANSWER_SECONDS)
+        if shown is None:
+            self.unanswered += 1
+        else:
+            self.latencies.append(shown - sent)
+        with contextlib.suppress(TimeoutError):  # the pacing of the probe, the one sleep here
+            await asyncio.wait_for(self._stopping.wait(), PROBE_INTERVAL_SECONDS)
+
+    async def _shown(self, free: int, within: float) -> float | None:
+        """The moment a poll first sees the probe class's freeUnits at ``free``; None after ``within``."""
+        deadline = time.perf_counter() + within
+        while time.perf_counter() < deadline:
+            found = await self.kube.get(GPUCLASSES.path(name=PROBE_CLASS))
+            if ((found or {}).get("status") or {}).get("freeUnits") == free:
+                return time.perf_counter()
+            await asyncio.sleep(POLL_SECONDS)  # the poll interval of a bounded poll
+        return None
 
 
 class WriteCounter:
