@@ -93,7 +93,7 @@ POLL_SECONDS = 0.05  # the poll interval while waiting for convergence (bounded 
 # server's own answer to the same write. The probe's changes queue behind the churn's, in the same
 # one pass over every class.
 PROBE_CLASS = "bench-probe"
-PROBE_NODE = "bench-probe-node"
+PROBE_NODE = "probe-0001"  # a zone from its last four digits, as every node name of the world
 PROBE_UNITS = 8
 PROBE_INTERVAL_SECONDS = 2.0  # between one probe change's answer and the next change
 PROBE_ANSWER_SECONDS = 60.0  # a change not shown by then counts as never shown (infinitely late)
