@@ -12,13 +12,16 @@ semaphore). It then makes one last change, chosen so that the expected status mo
 * quiet: the number of status writes while nothing changes (MODIFIED events of a watch on
   gpuclasses, and classes whose resourceVersion moved), over a set time in which the operator's
   periodic recheck runs several passes;
-* CPU per Pod watch event, also shown net of the CPU that follows the clock (the process's CPU per
-  second while quiet, times the run's duration: renewals, the periodic pass, bookmarks);
 * CPU per Pod watch event: the operator process's whole CPU time (informers, folds, queue, passes,
   writes, lease renewals) from the first pod to convergence, divided by the Pod watch events the
   operator was sent meanwhile (counted by a watch of our own with the operator's field selector),
   against ``json.loads`` of those same events in CPU time, sampled every second while the operator
   runs (``LoadsBaseline``): the ratio is against the samples' median, the minimum is reported too.
+  Also shown net of the CPU that follows the clock (the process's CPU per second while quiet, times
+  the run's duration: renewals, the periodic pass, bookmarks);
+* the controller SLOs under the churn (issue 18): ``workqueue_queue_duration_seconds`` p99 from the
+  operator's histogram buckets over the churn (``bench.slo``), and a pod change's time to its
+  class's status p99, from the probe (``PROBE_CLASS``) against the API server's answer to its writes.
 
 Baseline for the ratio: a naive operator's pass, i.e. listing every Node, Pod and class from the API
 and deciding from scratch, timed in the same run. The operator runs with the admin kubeconfig (its
