@@ -371,13 +371,24 @@ async def _settle(kube: Kube, within: float) -> Row:
         ready = [a for a in live if _ready(a)]
         if len(ready) == len(live) or time.monotonic() > deadline:
             took = time.monotonic() - started
+            waiting = collections.Counter(_provisioned_reason(a) for a in live if not _ready(a))
+            others = ", ".join(f"{reason} {n}" for reason, n in waiting.most_common())
+            said = f" (the others: {others})" if waiting else ""
             return Row(
                 "live attachments Provisioned after the churn",
-                f"{len(ready)}/{len(live)} in {took:.1f} s",
+                f"{len(ready)}/{len(live)} in {took:.1f} s{said}",
                 f"all within {within:.0f} s",
                 len(ready) == len(live),
             )
         await asyncio.sleep(1.0)  # the poll interval of a bounded poll
+
+
+def _provisioned_reason(attachment: dict[str, object]) -> str:
+    """The reason of the attachment's Provisioned condition ("no status yet" before its first)."""
+    status = attachment.get("status")
+    conditions = status.get("conditions") if isinstance(status, dict) else None
+    found = [c for c in conditions or [] if c.get("type") == "Provisioned"]
+    return str(found[0].get("reason")) if found else "no status yet"
 
 
 def _ready(attachment: dict[str, object]) -> bool:
