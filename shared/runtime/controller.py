@@ -4,11 +4,11 @@ Decides, as controller-runtime's builder and controller do:
 
 * **wiring** is data (``Wiring``): the primary kind (each change wakes its own key, or the key its
   ``key`` function names), owned kinds (a change wakes the primary named by the object's controller
-  reference), watched kinds with a named map function (given the caches and one version of the
-  object; the runtime maps both versions of a change) and predicates; ``reads`` lists the other
-  caches ``reconcile`` reads, so the manager can hold the workers until every one of them has
-  synced; ``writes`` lists the verbs ``reconcile`` uses, so a test can hold the ClusterRole to
-  exactly what the wiring declares;
+  reference; ``Owns`` adds predicates), watched kinds with a named map function (given the caches
+  and one version of the object; the runtime maps both versions of a change) and predicates;
+  ``reads`` lists the other caches ``reconcile`` reads, so the manager can hold the workers until
+  every one of them has synced; ``writes`` lists the verbs ``reconcile`` uses, so a test can hold
+  the ClusterRole to exactly what the wiring declares;
 * a change made by a reconcile's own write (write-through, see ``writes``) never wakes the key that
   made it: that pass already decided with what it wrote;
 * ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
@@ -184,6 +184,15 @@ class Watch:
 
 
 @dataclass(frozen=True)
+class Owns:
+    """Owns() with predicates: changes of ``resource`` wake the primary its controller reference
+    names, when every predicate agrees (a bare ``Resource`` in ``Wiring.owns``: every change)."""
+
+    resource: Resource
+    predicates: tuple[Predicate, ...] = ()
+
+
+@dataclass(frozen=True)
 class Write:
     """A verb ``reconcile`` uses on a resource (``subresource`` e.g. "status"): declared for RBAC."""
 
@@ -202,7 +211,7 @@ class Wiring:
     primary_kind: str  # the ``kind`` in owner references to the primary (for ``owns``)
     key: KeyFunc = key_of  # a primary change wakes this key (GPUClass: one key for every class)
     predicates: tuple[Predicate, ...] = ()  # for primary changes
-    owns: tuple[Resource, ...] = ()
+    owns: tuple[Resource | Owns, ...] = ()
     watches: tuple[Watch, ...] = ()
     reads: tuple[Resource, ...] = ()
     writes: tuple[Write, ...] = ()
@@ -212,10 +221,15 @@ class Wiring:
     max_delay: float = 0.0  # ...but no longer than this after the first wake of a burst
     resync: float = 0.0  # re-queue every primary key this often (0: never)
 
+    def owned(self) -> tuple[Owns, ...]:
+        """``owns``, each entry as an ``Owns`` (a bare ``Resource``: no predicate)."""
+        return tuple(o if isinstance(o, Owns) else Owns(o) for o in self.owns)
+
     def resources(self) -> tuple[Resource, ...]:
         """Every kind whose cache must have synced before a reconcile runs."""
         seen: dict[Resource, None] = {self.primary: None}
-        for resource in (*self.owns, *(w.resource for w in self.watches), *self.reads):
+        owned = (o.resource for o in self.owned())
+        for resource in (*owned, *(w.resource for w in self.watches), *self.reads):
             seen[resource] = None
         return tuple(seen)
 
@@ -284,15 +298,16 @@ class Controller:
                         break
 
         yield wiring.primary, on_primary
-        for owned in wiring.owns:
+        for owned in wiring.owned():
 
-            def on_owned(old: Obj | None, new: Obj | None) -> None:
-                for version in (old, new):
-                    key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
-                    if key is not None:
-                        self.enqueue(key)
+            def on_owned(old: Obj | None, new: Obj | None, _owned: Owns = owned) -> None:
+                if all(p(old, new) for p in _owned.predicates):
+                    for version in (old, new):
+                        key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
+                        if key is not None:
+                            self.enqueue(key)
 
-            yield owned, on_owned
+            yield owned.resource, on_owned
         for watch in wiring.watches:
 
             def on_watched(old: Obj | None, new: Obj | None, _watch: Watch = watch) -> None:

@@ -21,6 +21,7 @@ from shared.runtime.controller import (
     Caches,
     Conflict,
     Controller,
+    Owns,
     Result,
     StaticCaches,
     TerminalError,
@@ -39,6 +40,7 @@ from shared.telemetry.tracing import Tracing
 WIDGETS = Resource("example.io/v1", "widgets")
 GADGETS = Resource("v1", "gadgets")
 PARTS = Resource("v1", "parts")
+GEARS = Resource("v1", "gears")
 
 
 def obj(name: str, namespace: str = "ns", **metadata: Any) -> Obj:
@@ -99,7 +101,7 @@ WIRING = Wiring(
     primary=WIDGETS,
     primary_kind="Widget",
     predicates=(generation_changed,),
-    owns=(PARTS,),
+    owns=(PARTS, Owns(GEARS, (labels_changed,))),
     watches=(Watch(GADGETS, map=parts_of_gadget, predicates=(labels_changed,)),),
     workers=2,
 )
@@ -122,7 +124,7 @@ class Recorder:
 
 def controller(reconciler: Recorder, registry: CollectorRegistry | None = None) -> Controller:
     registry = registry or CollectorRegistry()
-    caches = StaticCaches({WIDGETS: Store(), GADGETS: Store(), PARTS: Store()})
+    caches = StaticCaches({WIDGETS: Store(), GADGETS: Store(), PARTS: Store(), GEARS: Store()})
     return Controller(
         WIRING,
         reconciler,
@@ -140,7 +142,7 @@ def deliver(c: Controller, resource: Resource, old: Obj | None, new: Obj | None)
 
 
 def test_wiring_lists_every_kind_it_reads_once() -> None:
-    assert WIRING.resources() == (WIDGETS, PARTS, GADGETS)
+    assert WIRING.resources() == (WIDGETS, PARTS, GEARS, GADGETS)
 
 
 @pytest.mark.parametrize(
@@ -151,6 +153,15 @@ def test_wiring_lists_every_kind_it_reads_once() -> None:
         (WIDGETS, obj("w1", generation=1), None, 1),  # deleted
         (PARTS, None, owned_by("p1"), 1),  # owned: its controller
         (PARTS, None, obj("p1"), 0),  # not owned: nobody
+        (PARTS, owned_by("p1"), owned_by("p1"), 1),  # owned, no predicate: every change
+        (GEARS, None, owned_by("g1"), 1),  # owned behind labels_changed: an add passes
+        (GEARS, owned_by("g1"), owned_by("g1"), 0),  # ... a change of nothing it reads does not
+        (
+            GEARS,
+            owned_by("g1"),
+            {**owned_by("g1"), "metadata": {**owned_by("g1")["metadata"], "labels": {"a": "b"}}},
+            1,
+        ),
         (GADGETS, None, obj("g", labels={"widgets": "a b"}), 2),
         (GADGETS, obj("g", labels={"widgets": "a"}), obj("g", labels={"widgets": "b"}), 2),  # old and new
         (GADGETS, obj("g", labels={"widgets": "a"}), obj("g", labels={"widgets": "a"}), 0),  # predicate
