@@ -29,7 +29,8 @@ Decides: the glue, and only the glue.
   (``reconcile.ServiceRefusal``) and handed to the next decision, which reports it and does not send
   the same request again; no traceback, no backoff loop. What is remembered is lost on a restart:
   the first pass then sends the request once more.
-* **deletion**: our finalizer holds the attachment until its Services are gone; each deletion of a
+* **deletion**: our finalizer holds the attachment until its Services are gone (one without a
+  finalizer is gone when its DELETE is answered, and the same pass releases ours); each deletion of a
   proxied Service of ours (or a change of it) gets the other proxied Services that selected its pods
   (``World.survivors_of``) ``REPROGRAM_ANNOTATION``, so cozy-proxy, whose deletes are keyed on the
   pod, programs them again. The minted claim is left to garbage collection (owner reference).
@@ -417,8 +418,7 @@ class AttachmentReconciler:
         plan = reconcile(observed, context)
         if plan.finalizing:
             self._forget(key)
-            await self._finalize(attachment, plan)
-            return None
+            return 0.0 if await self._finalize(attachment, plan) else None
         attachment = await HOLD.hold(
             self.writer, attachment, owner_reference=plan.owner_reference, labels=plan.labels
         )
@@ -474,24 +474,31 @@ class AttachmentReconciler:
         del self._holding[key]
         return None
 
-    async def _finalize(self, attachment: Obj, plan: Plan) -> None:
-        """Our Services first; once they are gone (their deletion wakes the pass through ``owns``),
-        our finalizer. The minted claim goes with the attachment, by garbage collection."""
+    async def _finalize(self, attachment: Obj, plan: Plan) -> bool:
+        """Our Services first; once they are gone, our finalizer. True: every Service this deleted is
+        gone already (it held no finalizer), so decide again now and release in the same pass; else
+        their deletion wakes the pass through ``owns``. The minted claim goes with the attachment, by
+        garbage collection."""
         if not HOLD.releasing(attachment):
-            return
-        for service in (plan.service, *plan.surplus_services):
-            if service is not None:
-                await self._delete_service(service)
-        if plan.waits_for_service:
-            return
-        await HOLD.release(self.writer, attachment)
+            return False
+        deleted = [s for s in (plan.service, *plan.surplus_services) if s is not None]
+        gone = [await self._delete_service(service) for service in deleted]
+        if deleted:
+            return all(gone)
+        if not plan.waits_for_service:
+            await HOLD.release(self.writer, attachment)
+        return False
 
-    async def _delete_service(self, service: Mapping[str, Any]) -> None:
+    async def _delete_service(self, service: Mapping[str, Any]) -> bool:
         """Delete a Service of ours (the UID precondition: only the very Service we judged ours), then
-        have cozy-proxy program its survivors again."""
+        have cozy-proxy program its survivors again. True when it is gone at once: it held no
+        finalizer, so the API removed it on the spot and the cache forgets it now (its DELETED event
+        then wakes no one)."""
         survivors = self.world.survivors_of(service)
-        await self.writer.delete(SERVICES, service)
+        gone = not (service.get("metadata") or {}).get("finalizers")
+        await self.writer.delete(SERVICES, service, forget=gone)
         await self._reprogram(survivors, service, service)
+        return gone
 
     async def _apply_service(self, key: Key, plan: Plan) -> _Applied | None:
         """Apply the plan's Service action: CREATED, AGAIN (refused: decide again with what the API

@@ -11,6 +11,9 @@ Decides, as controller-runtime's builder and controller do:
   the ClusterRole to exactly what the wiring declares;
 * a change made by a reconcile's own write (write-through, see ``writes``) never wakes the key that
   made it: that pass already decided with what it wrote;
+* an owned object's change wakes its owner only while the owner is cached: one not seen yet is woken
+  by its own add, and one gone has nothing left to decide (its deletion woke its last pass), so the
+  garbage collector removing what it owned wakes no one;
 * ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
   "again, with backoff") or raises: ``TerminalError`` is counted and not retried, ``Conflict`` is
   retried with backoff without a traceback, anything else is logged and retried with backoff;
@@ -302,9 +305,10 @@ class Controller:
 
             def on_owned(old: Obj | None, new: Obj | None, _owned: Owns = owned) -> None:
                 if all(p(old, new) for p in _owned.predicates):
+                    primaries = self.caches.store(wiring.primary)
                     for version in (old, new):
                         key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
-                        if key is not None:
+                        if key is not None and primaries.get(key) is not None:
                             self.enqueue(key)
 
             yield owned.resource, on_owned

@@ -35,6 +35,7 @@ from operators.endpointattachment.reasons import (
 )
 from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import RESOURCES, SUBSTRATE, World
+from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import Controller, Result, StaticCaches
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
@@ -611,11 +612,35 @@ async def test_finalizing_deletes_our_service_then_the_finalizer_and_never_the_c
         *RESOLVED_WORLD, put("attachment", deleting), put("service", OURS_A), put("claim", MINTED)
     )
     assert await running.reconcile(KA) == Result()
-    assert writer.calls == [("delete", "services", "db-public-x7ktq")]
-    writer.calls.clear()
+    # The Service held no finalizer: gone once its DELETE is answered, so the same pass releases ours.
+    assert writer.calls == [
+        ("delete", "services", "db-public-x7ktq"),
+        ("unfinalize", "endpointattachments", "db-public"),
+    ]
+    assert caches.store(CLAIMS).get(key_of(MINTED)) is not None, "left to garbage collection"
+
+
+async def test_finalizing_waits_for_a_service_held_by_a_finalizer_to_go() -> None:
+    deleting = make_attachment(uid="ea-a", deleting=True, finalizers=[FINALIZER])
+    held = with_metadata(OURS_A, finalizers=["service.kubernetes.io/load-balancer-cleanup"])
+    running, writer, caches, _ = reconciler(
+        *RESOLVED_WORLD, put("attachment", deleting), put("service", held)
+    )
+    terminating = with_metadata(held, deletionTimestamp="2026-12-01T00:00:09Z")
+    caches.store(SERVICES).upsert(terminating)  # what the API answered: still there, being deleted
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == []  # its deletion is under way: nothing to send, the finalizer stays
+    caches.store(SERVICES).delete(key_of(terminating))
     assert await running.reconcile(KA) == Result()  # woken by the Service's deletion (owns)
     assert writer.calls == [("unfinalize", "endpointattachments", "db-public")]
-    assert caches.store(CLAIMS).get(key_of(MINTED)) is not None, "left to garbage collection"
+
+
+async def test_finalizing_deletes_a_service_held_by_a_finalizer_and_waits() -> None:
+    deleting = make_attachment(uid="ea-a", deleting=True, finalizers=[FINALIZER])
+    held = with_metadata(OURS_A, finalizers=["service.kubernetes.io/load-balancer-cleanup"])
+    running, writer, _, _ = reconciler(*RESOLVED_WORLD, put("attachment", deleting), put("service", held))
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == [("delete", "services", "db-public-x7ktq")]  # not released: not gone yet
 
 
 async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_delete() -> None:

@@ -47,8 +47,8 @@ def obj(name: str, namespace: str = "ns", **metadata: Any) -> Obj:
     return {"metadata": {"name": name, "namespace": namespace, **metadata}}
 
 
-def owned_by(name: str, kind: str = "Widget", controller: bool = True) -> Obj:
-    reference = {"apiVersion": "example.io/v1", "kind": kind, "name": "w1", "uid": "u1"}
+def owned_by(name: str, kind: str = "Widget", controller: bool = True, owner: str = "w1") -> Obj:
+    reference = {"apiVersion": "example.io/v1", "kind": kind, "name": owner, "uid": "u1"}
     return obj(name, ownerReferences=[{**reference, "controller": controller}])
 
 
@@ -124,7 +124,9 @@ class Recorder:
 
 def controller(reconciler: Recorder, registry: CollectorRegistry | None = None) -> Controller:
     registry = registry or CollectorRegistry()
-    caches = StaticCaches({WIDGETS: Store(), GADGETS: Store(), PARTS: Store(), GEARS: Store()})
+    widgets = Store()
+    widgets.upsert(obj("w1"))  # the owner of the parts and gears below is cached
+    caches = StaticCaches({WIDGETS: widgets, GADGETS: Store(), PARTS: Store(), GEARS: Store()})
     return Controller(
         WIRING,
         reconciler,
@@ -153,6 +155,7 @@ def test_wiring_lists_every_kind_it_reads_once() -> None:
         (WIDGETS, obj("w1", generation=1), None, 1),  # deleted
         (PARTS, None, owned_by("p1"), 1),  # owned: its controller
         (PARTS, None, obj("p1"), 0),  # not owned: nobody
+        (PARTS, owned_by("p1", owner="gone"), None, 0),  # its owner not cached: nobody (GC, or later)
         (PARTS, owned_by("p1"), owned_by("p1"), 1),  # owned, no predicate: every change
         (GEARS, None, owned_by("g1"), 1),  # owned behind labels_changed: an add passes
         (GEARS, owned_by("g1"), owned_by("g1"), 0),  # ... a change of nothing it reads does not
