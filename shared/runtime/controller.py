@@ -18,7 +18,8 @@ Decides, as controller-runtime's builder and controller do:
   "again, with backoff") or raises: ``TerminalError`` is counted and not retried, ``Conflict`` is
   retried with backoff without a traceback, anything else is logged and retried with backoff;
 * every reconcile is one traced pass (linked to the previous pass over the same key and to the pass
-  that wrote the primary object) and is measured by controller-runtime's metrics;
+  that wrote the primary object; a pass finding its object gone forgets the key's link) and is
+  measured by controller-runtime's metrics;
 * ``resync`` re-queues every primary key periodically (GPUClass's KubeVirt recheck).
 
 Does not: start caches or decide leadership (the manager does both before ``run``), or know
@@ -372,12 +373,13 @@ class Controller:
         self._started[key] = started
         self._read_generation[key] = _generation(obj) if obj is not None else None
         token = _RECONCILING.set((name, key))
+        link_key = f"{name}/{key[0]}/{key[1]}"
         result = RESULT_ERROR
         trace_id: str | None = None
         try:
             with (
                 self.metrics.active(name),
-                self.tracing.start_pass(self.span_kind, obj, link_key=f"{name}/{key[0]}/{key[1]}") as report,
+                self.tracing.start_pass(self.span_kind, obj, link_key=link_key) as report,
             ):
                 report.span.set_attribute("controller", name)
                 trace_id = trace_id_hex(report.span)
@@ -426,6 +428,10 @@ class Controller:
             _RECONCILING.reset(token)
             self._started.pop(key, None)
             self._read_generation.pop(key, None)
+            if self.wiring.key is key_of and self.caches.store(self.wiring.primary).get(key) is None:
+                # The object is gone: its pass links go with it (kept, every attachment ever made
+                # would stay remembered until the bound clears them all).
+                self.tracing.forget(link_key)
             self.metrics.observe(name, result, time.monotonic() - started, trace_id)
 
 

@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from shared.kube import ApiError
@@ -122,7 +123,9 @@ class Recorder:
         return self.outcome  # type: ignore[no-any-return]
 
 
-def controller(reconciler: Recorder, registry: CollectorRegistry | None = None) -> Controller:
+def controller(
+    reconciler: Recorder, registry: CollectorRegistry | None = None, tracing: Tracing | None = None
+) -> Controller:
     registry = registry or CollectorRegistry()
     widgets = Store()
     widgets.upsert(obj("w1"))  # the owner of the parts and gears below is cached
@@ -133,7 +136,7 @@ def controller(reconciler: Recorder, registry: CollectorRegistry | None = None) 
         caches,
         metrics=ControllerMetrics(registry),
         queue_metrics=QueueMetrics(registry),
-        tracing=Tracing(trace.NoOpTracerProvider(), "test", ratio=1.0),
+        tracing=tracing or Tracing(trace.NoOpTracerProvider(), "test", ratio=1.0),
     )
 
 
@@ -224,6 +227,16 @@ async def test_what_a_result_does(outcome: Any, label: str, queued_later: bool) 
         "controller_runtime_terminal_reconcile_errors_total", {"controller": "widgets"}
     )
     assert terminal == (1 if isinstance(outcome, TerminalError) else 0)
+
+
+async def test_a_pass_over_a_gone_object_forgets_its_link_to_the_previous_pass() -> None:
+    """The last pass per key is remembered for the next pass's link; a key whose object is gone is
+    forgotten, or every object ever reconciled would stay remembered."""
+    tracing = Tracing(TracerProvider(), "test", ratio=1.0)
+    c = controller(Recorder(), tracing=tracing)
+    await c.reconcile_once(("ns", "w1"))  # cached
+    await c.reconcile_once(("ns", "gone"))
+    assert tracing.remembered() == 1
 
 
 async def test_workers_reconcile_what_was_woken_before_they_started() -> None:
