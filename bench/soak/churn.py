@@ -21,8 +21,13 @@ Until a kind's population is full, its every step is a create; from then on, ste
 between deleting the oldest and creating a new one. ``full_at`` says when every kind got there: the
 run's steady state starts then.
 
-A change is one create or one delete that the API accepted. Work runs under one concurrency bound:
-when the control plane cannot keep up, the achieved rate falls, and the report says so.
+A change is one create or one delete that the API accepted (``Counts.created``, ``deleted``; the
+rate and the API requests per change count these). Every write the API accepted is also counted by
+what it was written to (``Counts.written``, by ``WRITTEN_KINDS``: an application's pod and a GPU
+VM's pod apart, and a pod's status and a node's status and taints counted as the writes they are),
+so each operator's changes can be counted exactly (``analysis.CONCERNS``). Work runs under one
+concurrency bound: when the control plane cannot keep up, the achieved rate falls, and the report
+says so.
 
 Does not: wait for the operators (the churn never reads their status), or measure anything.
 """
@@ -75,6 +80,9 @@ CRD_FILES: Final = (
 TRIAL_ATTACHMENTS_PER_MINUTE: Final = 60.0
 TRIAL_PODS_PER_MINUTE: Final = 180.0
 TRIAL_NODES_PER_MINUTE: Final = 0.6  # the trial churned no nodes; one every 100 s, times ten
+# What ``Counts.written`` counts writes by: attachments, reserved claims, GPU nodes, an application's
+# pods (no GPU: a Service's backends) and GPU VMs' virt-launcher pods (GPUClass's inventory).
+WRITTEN_KINDS: Final = ("attachment", "claim", "node", "app-pod", "vm-pod")
 
 
 @dataclass(frozen=True)
@@ -92,10 +100,12 @@ class Rates:
 
 @dataclass
 class Counts:
-    """What the churn did so far: accepted creates and deletes per kind, and refusals."""
+    """What the churn did so far: accepted creates and deletes per kind, every accepted write by what
+    it was written to (``WRITTEN_KINDS``), and refusals."""
 
     created: collections.Counter[str] = field(default_factory=collections.Counter)
     deleted: collections.Counter[str] = field(default_factory=collections.Counter)
+    written: collections.Counter[str] = field(default_factory=collections.Counter)
     refused: collections.Counter[str] = field(default_factory=collections.Counter)
     last_refusal: str = ""
 
@@ -168,8 +178,17 @@ def lineage(app: str) -> dict[str, str]:
 
 async def create_node(kube: Kube, name: str) -> None:
     """A GPU node as the kubelet and the device plugin would leave it: Ready, allocatable, tainted."""
-    body = {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
-    await kube.create(NODES.path(), body)
+    await kube.create(NODES.path(), node_body(name))
+    await make_ready(kube, name)
+    await taint(kube, name)
+
+
+def node_body(name: str) -> dict[str, Any]:
+    return {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+
+
+async def make_ready(kube: Kube, name: str) -> None:
+    """The kubelet's and the device plugin's status: Ready, with the GPUs allocatable."""
     allocatable = {"cpu": "64", "memory": "512Gi", "pods": "250", GPU_RESOURCE: "8"}
     status = {
         "conditions": [{"type": "Ready", "status": "True"}],
@@ -177,6 +196,10 @@ async def create_node(kube: Kube, name: str) -> None:
         "allocatable": allocatable,
     }
     await kube.patch(NODES.path(name=name) + "/status", {"status": status}, kind="merge")
+
+
+async def taint(kube: Kube, name: str) -> None:
+    """The GPU taint, as the GPU operator puts it on a GPU node."""
     taints = [{"key": "nvidia.com/gpu", "value": "present", "effect": "NoSchedule"}]
     await kube.patch(NODES.path(name=name), {"spec": {"taints": taints}}, kind="merge")
 
@@ -192,7 +215,7 @@ class Churn:
         self.serial = itertools.count()
         self.ips = itertools.cycle(f"10.244.{a}.{b}" for a in range(8, 64) for b in range(1, 255))
         self.attachments: collections.deque[tuple[str, str | None]] = collections.deque()
-        self.pods: collections.deque[str] = collections.deque()
+        self.pods: collections.deque[tuple[str, str]] = collections.deque()  # (name, written kind)
         self.nodes: collections.deque[str] = collections.deque()
         self.tasks: set[asyncio.Task[None]] = set()
         self.started = 0.0
@@ -206,17 +229,28 @@ class Churn:
 
     # --- one change each -----------------------------------------------------------------------
 
-    async def _change(self, kind: str, created: bool, call: Callable[[], Awaitable[Any]]) -> bool:
+    async def _change(
+        self, kind: str, created: bool, call: Callable[[], Awaitable[Any]], written: str | None = None
+    ) -> bool:
+        """One create or delete of ``kind`` (counted as a write to ``written``, default ``kind``)."""
         try:
             await call()
         except ApiError as error:
             if error.status == 404 and not created:
-                return True  # already gone (the GC or an operator was first)
+                return True  # already gone (the GC or an operator was first): not a write
             self.counts.refused[kind] += 1
             self.counts.last_refusal = f"{kind}: {error}"
             return False
         (self.counts.created if created else self.counts.deleted)[kind] += 1
+        self.counts.written[written or kind] += 1
         return True
+
+    async def _update(self, written: str, call: Callable[[], Awaitable[Any]]) -> None:
+        """One more write to an object just created (a status, a taint); an object deleted meanwhile
+        refuses it, and that is no write."""
+        with contextlib.suppress(ApiError):
+            await call()
+            self.counts.written[written] += 1
 
     async def _attachment_lifecycle_start(self) -> None:
         n = next(self.serial)
@@ -277,9 +311,10 @@ class Churn:
                 "tolerations": [{"key": "nvidia.com/gpu", "operator": "Exists", "effect": "NoSchedule"}],
             },
         }
-        if not await self._change("pod", True, lambda: self.kube.create(PODS.path(NAMESPACE), pod)):
+        written = "app-pod" if app else "vm-pod"
+        if not await self._change("pod", True, lambda: self.kube.create(PODS.path(NAMESPACE), pod), written):
             return
-        self.pods.append(name)
+        self.pods.append((name, written))
         ip = next(self.ips)
         status = {
             "phase": "Running",
@@ -287,18 +322,23 @@ class Churn:
             "podIPs": [{"ip": ip}],
             "conditions": [{"type": "Ready", "status": "True"}],
         }
-        with contextlib.suppress(ApiError):  # deleted meanwhile
-            await self.kube.patch(PODS.path(NAMESPACE, name) + "/status", {"status": status}, kind="merge")
+        path = PODS.path(NAMESPACE, name) + "/status"
+        await self._update(written, lambda: self.kube.patch(path, {"status": status}, kind="merge"))
 
-    async def _pod_end(self, name: str) -> None:
+    async def _pod_end(self, name: str, written: str) -> None:
         await self._change(
-            "pod", False, lambda: self.kube.delete(PODS.path(NAMESPACE, name), grace_period_seconds=0)
+            "pod",
+            False,
+            lambda: self.kube.delete(PODS.path(NAMESPACE, name), grace_period_seconds=0),
+            written,
         )
 
     async def _node_start(self) -> None:
         name = f"soak-node-{next(self.serial)}"
-        if await self._change("node", True, lambda: create_node(self.kube, name)):
+        if await self._change("node", True, lambda: self.kube.create(NODES.path(), node_body(name))):
             self.nodes.append(name)
+            await self._update("node", lambda: make_ready(self.kube, name))
+            await self._update("node", lambda: taint(self.kube, name))
 
     async def _node_end(self, name: str) -> None:
         await self._change("node", False, lambda: self.kube.delete(NODES.path(name=name)))
@@ -341,7 +381,7 @@ class Churn:
     def _pod_step(self) -> None:
         if len(self.pods) >= self.rates.pod_population:
             self._filled("pod")
-            self._spawn(self._pod_end(self.pods.popleft()))
+            self._spawn(self._pod_end(*self.pods.popleft()))
         else:
             self._spawn(self._pod_start())
 

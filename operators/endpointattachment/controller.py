@@ -5,9 +5,13 @@ Decides: the glue, and only the glue.
 * **what wakes a pass**: one wiring block. Each watched kind maps a change to the attachments it
   concerns through a named map function of one version (the runtime maps both), behind predicates
   where only part of a change matters: a claim wakes the attachments referencing it and the one
-  that minted it (``owns``); an IPAddress (its binding, its ``associatedTo``) wakes the attachments
-  of its claim; a class wakes those of its claims; a Service wakes the attachments whose endpoint
-  it is and those whose claim it names (a rival user of the claim); the substrate's CRDs becoming
+  that minted it (``owns``), only when what a pass reads of it changed (``claim_reading_changed``:
+  not the substrate's stamp or finalizer); an IPAddress wakes the attachments of its claim only when
+  its ``associatedTo`` came, went or moved, and never the attachment whose Service it names; a class
+  wakes those of its claims; a Service wakes the attachments whose endpoint it is and those whose
+  claim it names (a rival user of the claim), and our rendered one its attachment (``owns``), unless
+  only the driver's pin or a write's bookkeeping changed (``service_reading_changed``); the
+  substrate's CRDs becoming
   served (or not) wake every attachment; Pods, EndpointSlices and proxied Services wake only the
   VM-mode attachments, and v1 Endpoints only the attachment whose rendered Service they are of; a
   HelmRelease wakes the attachments naming its application. The runtime drops the echo of our own
@@ -25,7 +29,8 @@ Decides: the glue, and only the glue.
   (``reconcile.ServiceRefusal``) and handed to the next decision, which reports it and does not send
   the same request again; no traceback, no backoff loop. What is remembered is lost on a restart:
   the first pass then sends the request once more.
-* **deletion**: our finalizer holds the attachment until its Services are gone; each deletion of a
+* **deletion**: our finalizer holds the attachment until its Services are gone (one without a
+  finalizer is gone when its DELETE is answered, and the same pass releases ours); each deletion of a
   proxied Service of ours (or a change of it) gets the other proxied Services that selected its pods
   (``World.survivors_of``) ``REPROGRAM_ANNOTATION``, so cozy-proxy, whose deletes are keyed on the
   pod, programs them again. The minted claim is left to garbage collection (owner reference).
@@ -57,6 +62,7 @@ from operators.endpointattachment.api import (
     CLAIMS,
     CLASSES,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
+    METALLB_IPS_ANNOTATION,
     PROGRAMMED_ANNOTATION,
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
@@ -68,6 +74,8 @@ from operators.endpointattachment.reconcile import (
     Plan,
     ServiceAction,
     ServiceRefusal,
+    address_reading,
+    claim_reading,
     reconcile,
     refusal_of,
 )
@@ -91,6 +99,7 @@ from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SER
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import (
     Caches,
+    Owns,
     Result,
     Watch,
     Wiring,
@@ -143,12 +152,60 @@ def attachments_of_claim(caches: Caches, claim: Obj) -> set[Key]:
 
 
 def attachments_of_address(caches: Caches, address: Obj) -> set[Key]:
-    """The attachments of the claim the address is bound to (its binding and ``associatedTo``
-    decide ClaimPending and ClaimInUse)."""
-    ref = (address.get("spec") or {}).get("claimRef") or {}
-    if not isinstance(ref, Mapping) or not ref.get("name"):
+    """The attachments of the claim the address names whose ``ClaimInUse`` its association can
+    decide: none while it is associated with no Service (``reconcile.address_reading``), and never
+    the attachment controlling the Service it is associated with (its own Service is no rival; when
+    that Service is not cached, every user of the claim)."""
+    reading = address_reading(address)
+    if reading is None or not reading[1]:
         return set()
-    return World(caches).attachments_using((str(ref.get("namespace") or ""), str(ref["name"])))
+    claim_namespace, claim_name, namespace, name = reading
+    world = World(caches)
+    keys = world.attachments_using((claim_namespace, claim_name))
+    service = world.services.get((namespace, name))
+    owner = world.attachment_controlling(service) if service is not None else None
+    if owner is not None:
+        keys.discard(owner)
+    return keys
+
+
+def claim_reading_changed(old: Obj | None, new: Obj | None) -> bool:
+    """A claim added or deleted, or changed in what a pass reads of it: ``reconcile.claim_reading``
+    and who controls it (``World.claims_of``, ``World.attachments_using``). Not the substrate's
+    stamp or finalizer, nor a condition's timestamps, nor our own traceparent."""
+    return old is None or new is None or _claim_reading(old) != _claim_reading(new)
+
+
+def _claim_reading(claim: Obj) -> tuple[Any, ...]:
+    owner = sole_controller(claim) or {}
+    return claim_reading(claim), controller_attachment_uid(claim), owner.get("name")
+
+
+def address_reading_changed(old: Obj | None, new: Obj | None) -> bool:
+    """An IPAddress's association with a Service (under its claim) came, went or moved: all a pass
+    reads of an address (``reconcile.address_reading``); its creation, its binding and its phase
+    alone decide nothing (the claim's status says Bound)."""
+    return address_reading(old) != address_reading(new)
+
+
+# What no pass reads of a Service: the driver's pin (the address MetalLB is to assign; what it did
+# assign, the ingress, is read) and the bookkeeping every write changes.
+_UNREAD_SERVICE_METADATA: Final = ("resourceVersion", "managedFields", "generation")
+
+
+def service_reading_changed(old: Obj | None, new: Obj | None) -> bool:
+    """A Service added or deleted, or changed beyond the substrate driver's pin
+    (``METALLB_IPS_ANNOTATION``) and the bookkeeping of a write: the driver pins our Service once
+    after we create it, and that pass would decide exactly as the one before."""
+    return old is None or new is None or _service_reading(old) != _service_reading(new)
+
+
+def _service_reading(service: Obj) -> Obj:
+    metadata = {k: v for k, v in (service.get("metadata") or {}).items() if k not in _UNREAD_SERVICE_METADATA}
+    annotations = metadata.get("annotations") or {}
+    if METALLB_IPS_ANNOTATION in annotations:
+        metadata["annotations"] = {k: v for k, v in annotations.items() if k != METALLB_IPS_ANNOTATION}
+    return {**service, "metadata": metadata}
 
 
 def attachments_of_class(caches: Caches, ip_class: Obj) -> set[Key]:
@@ -267,13 +324,13 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
     primary=ATTACHMENTS,
     primary_kind=ATTACHMENT_KIND,
     # The rendered Service and the minted claim: their controller reference names the attachment.
-    owns=(SERVICES, CLAIMS),
+    owns=(Owns(SERVICES, (service_reading_changed,)), Owns(CLAIMS, (claim_reading_changed,))),
     watches=(
-        Watch(CLAIMS, attachments_of_claim),
-        Watch(ADDRESSES, attachments_of_address),
+        Watch(CLAIMS, attachments_of_claim, (claim_reading_changed,)),
+        Watch(ADDRESSES, attachments_of_address, (address_reading_changed,)),
         Watch(CLASSES, attachments_of_class, (generation_changed,)),
         Watch(CRDS, every_attachment, (is_substrate_crd,)),
-        Watch(SERVICES, attachments_of_service),
+        Watch(SERVICES, attachments_of_service, (service_reading_changed,)),
         Watch(SERVICES, attachments_in_vm_mode, (proxy_reading_changed,)),
         Watch(ENDPOINT_SLICES, attachments_of_slice, (slice_reading_changed,)),
         Watch(ENDPOINTS, attachment_of_rendered_endpoints, (programmed_reading_changed,)),
@@ -361,8 +418,7 @@ class AttachmentReconciler:
         plan = reconcile(observed, context)
         if plan.finalizing:
             self._forget(key)
-            await self._finalize(attachment, plan)
-            return None
+            return 0.0 if await self._finalize(attachment, plan) else None
         attachment = await HOLD.hold(
             self.writer, attachment, owner_reference=plan.owner_reference, labels=plan.labels
         )
@@ -418,24 +474,31 @@ class AttachmentReconciler:
         del self._holding[key]
         return None
 
-    async def _finalize(self, attachment: Obj, plan: Plan) -> None:
-        """Our Services first; once they are gone (their deletion wakes the pass through ``owns``),
-        our finalizer. The minted claim goes with the attachment, by garbage collection."""
+    async def _finalize(self, attachment: Obj, plan: Plan) -> bool:
+        """Our Services first; once they are gone, our finalizer. True: every Service this deleted is
+        gone already (it held no finalizer), so decide again now and release in the same pass; else
+        their deletion wakes the pass through ``owns``. The minted claim goes with the attachment, by
+        garbage collection."""
         if not HOLD.releasing(attachment):
-            return
-        for service in (plan.service, *plan.surplus_services):
-            if service is not None:
-                await self._delete_service(service)
-        if plan.waits_for_service:
-            return
-        await HOLD.release(self.writer, attachment)
+            return False
+        deleted = [s for s in (plan.service, *plan.surplus_services) if s is not None]
+        gone = [await self._delete_service(service) for service in deleted]
+        if deleted:
+            return all(gone)
+        if not plan.waits_for_service:
+            await HOLD.release(self.writer, attachment)
+        return False
 
-    async def _delete_service(self, service: Mapping[str, Any]) -> None:
+    async def _delete_service(self, service: Mapping[str, Any]) -> bool:
         """Delete a Service of ours (the UID precondition: only the very Service we judged ours), then
-        have cozy-proxy program its survivors again."""
+        have cozy-proxy program its survivors again. True when it is gone at once: it held no
+        finalizer, so the API removed it on the spot and the cache forgets it now (its DELETED event
+        then wakes no one)."""
         survivors = self.world.survivors_of(service)
-        await self.writer.delete(SERVICES, service)
+        gone = not (service.get("metadata") or {}).get("finalizers")
+        await self.writer.delete(SERVICES, service, forget=gone)
         await self._reprogram(survivors, service, service)
+        return gone
 
     async def _apply_service(self, key: Key, plan: Plan) -> _Applied | None:
         """Apply the plan's Service action: CREATED, AGAIN (refused: decide again with what the API

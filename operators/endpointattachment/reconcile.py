@@ -519,6 +519,44 @@ def _stamps(
     return owner, {k: v for k, v in wanted.items() if have.get(k) != v}
 
 
+def claim_reading(claim: Mapping[str, Any]) -> tuple[Any, ...]:
+    """Everything of a claim a decision reads: whether it is being deleted, its family, its class
+    (asked for and resolved), its phase and addresses, and, while it is not Bound, the words of its
+    conditions (``ClaimPending`` repeats them). Two versions with the same reading make the same plan
+    (the controller's claim predicate compares them; the substrate's stamp, its finalizer and a
+    condition's timestamps are not in it)."""
+    status, spec = claim.get("status") or {}, claim.get("spec") or {}
+    bound = _claim_bound(claim)
+    return (
+        _deleting(claim),
+        claim_family(claim),
+        spec.get("className"),
+        status.get("className"),
+        status.get("phase"),
+        tuple(claim_addresses(claim)),
+        None if bound else _pending_message("", claim),
+    )
+
+
+def address_reading(address: Mapping[str, Any] | None) -> tuple[str, str, str, str] | None:
+    """Everything of an IPAddress a decision reads (``ClaimInUse``): the Service it is associated
+    with (``status.associatedTo``, namespace and name) under the claim it names (``spec.claimRef``);
+    None when it is associated with none, which no decision tells apart from its absence (its binding
+    is read from the claim's status, never from the address)."""
+    associated = ((address or {}).get("status") or {}).get("associatedTo") or {}
+    if not isinstance(associated, Mapping) or not associated.get("name"):
+        return None
+    ref = ((address or {}).get("spec") or {}).get("claimRef") or {}
+    if not isinstance(ref, Mapping):
+        ref = {}
+    return (
+        str(ref.get("namespace") or ""),
+        str(ref.get("name") or ""),
+        str(associated.get("namespace") or ""),
+        str(associated.get("name")),
+    )
+
+
 def _claim_bound(claim: Mapping[str, Any]) -> bool:
     return (claim.get("status") or {}).get("phase") == CLAIM_PHASE_BOUND and bool(claim_addresses(claim))
 
@@ -551,11 +589,11 @@ def _in_use_by(observed: Observed, existing: Mapping[str, Any] | None) -> str | 
     namespace = str(_meta(observed.attachment).get("namespace"))
     users = {str(_meta(s).get("name")): s for s in observed.claim_users if not _deleting(s)}
     for address in observed.addresses:
-        associated = (address.get("status") or {}).get("associatedTo") or {}
-        if not isinstance(associated, Mapping) or associated.get("namespace") != namespace:
+        reading = address_reading(address)
+        if reading is None or reading[2] != namespace:
             continue
-        name = str(associated.get("name") or "")
-        if name and name in users and name != _meta(existing).get("name"):
+        name = reading[3]
+        if name in users and name != _meta(existing).get("name"):
             return f"{namespace}/{name}"
     if existing is None and users:
         return f"{namespace}/{sorted(users)[0]}"

@@ -4,22 +4,26 @@ Decides, as controller-runtime's builder and controller do:
 
 * **wiring** is data (``Wiring``): the primary kind (each change wakes its own key, or the key its
   ``key`` function names), owned kinds (a change wakes the primary named by the object's controller
-  reference), watched kinds with a named map function (given the caches and one version of the
-  object; the runtime maps both versions of a change) and predicates; ``reads`` lists the other
-  caches ``reconcile`` reads, so the manager can hold the workers until every one of them has
-  synced; ``writes`` lists the verbs ``reconcile`` uses, so a test can hold the ClusterRole to
-  exactly what the wiring declares;
+  reference; ``Owns`` adds predicates), watched kinds with a named map function (given the caches
+  and one version of the object; the runtime maps both versions of a change) and predicates;
+  ``reads`` lists the other caches ``reconcile`` reads, so the manager can hold the workers until
+  every one of them has synced; ``writes`` lists the verbs ``reconcile`` uses, so a test can hold
+  the ClusterRole to exactly what the wiring declares;
 * a change made by a reconcile's own write (write-through, see ``writes``) never wakes the key that
   made it: that pass already decided with what it wrote. That holds too when the write's watch event
   comes before its answer: a change that would wake a key whose pass is running is held until the
   pass ends, and dropped if it carries the resourceVersion of one of the pass's own answers (the
   same object, as written); otherwise the key is queued then, its queue time counted from the
   change (not with ``debounce``: that queue's hold already folds a burst, and would start later);
+* an owned object's change wakes its owner only while the owner is cached: one not seen yet is woken
+  by its own add, and one gone has nothing left to decide (its deletion woke its last pass), so the
+  garbage collector removing what it owned wakes no one;
 * ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
   "again, with backoff") or raises: ``TerminalError`` is counted and not retried, ``Conflict`` is
   retried with backoff without a traceback, anything else is logged and retried with backoff;
 * every reconcile is one traced pass (linked to the previous pass over the same key and to the pass
-  that wrote the primary object) and is measured by controller-runtime's metrics;
+  that wrote the primary object; a pass finding its object gone forgets the key's link) and is
+  measured by controller-runtime's metrics;
 * ``resync`` re-queues every primary key periodically (GPUClass's KubeVirt recheck).
 
 Does not: start caches or decide leadership (the manager does both before ``run``), or know
@@ -188,6 +192,15 @@ class Watch:
 
 
 @dataclass(frozen=True)
+class Owns:
+    """Owns() with predicates: changes of ``resource`` wake the primary its controller reference
+    names, when every predicate agrees (a bare ``Resource`` in ``Wiring.owns``: every change)."""
+
+    resource: Resource
+    predicates: tuple[Predicate, ...] = ()
+
+
+@dataclass(frozen=True)
 class Write:
     """A verb ``reconcile`` uses on a resource (``subresource`` e.g. "status"): declared for RBAC."""
 
@@ -206,7 +219,7 @@ class Wiring:
     primary_kind: str  # the ``kind`` in owner references to the primary (for ``owns``)
     key: KeyFunc = key_of  # a primary change wakes this key (GPUClass: one key for every class)
     predicates: tuple[Predicate, ...] = ()  # for primary changes
-    owns: tuple[Resource, ...] = ()
+    owns: tuple[Resource | Owns, ...] = ()
     watches: tuple[Watch, ...] = ()
     reads: tuple[Resource, ...] = ()
     writes: tuple[Write, ...] = ()
@@ -216,10 +229,15 @@ class Wiring:
     max_delay: float = 0.0  # ...but no longer than this after the first wake of a burst
     resync: float = 0.0  # re-queue every primary key this often (0: never)
 
+    def owned(self) -> tuple[Owns, ...]:
+        """``owns``, each entry as an ``Owns`` (a bare ``Resource``: no predicate)."""
+        return tuple(o if isinstance(o, Owns) else Owns(o) for o in self.owns)
+
     def resources(self) -> tuple[Resource, ...]:
         """Every kind whose cache must have synced before a reconcile runs."""
         seen: dict[Resource, None] = {self.primary: None}
-        for resource in (*self.owns, *(w.resource for w in self.watches), *self.reads):
+        owned = (o.resource for o in self.owned())
+        for resource in (*owned, *(w.resource for w in self.watches), *self.reads):
             seen[resource] = None
         return tuple(seen)
 
@@ -301,15 +319,17 @@ class Controller:
                         break
 
         yield wiring.primary, on_primary
-        for owned in wiring.owns:
+        for owned in wiring.owned():
 
-            def on_owned(old: Obj | None, new: Obj | None, _owned: Resource = owned) -> None:
-                for version in (old, new):
-                    key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
-                    if key is not None:
-                        self.enqueue(key, _owned, new)
+            def on_owned(old: Obj | None, new: Obj | None, _owned: Owns = owned) -> None:
+                if all(p(old, new) for p in _owned.predicates):
+                    primaries = self.caches.store(wiring.primary)
+                    for version in (old, new):
+                        key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
+                        if key is not None and primaries.get(key) is not None:
+                            self.enqueue(key, _owned.resource, new)
 
-            yield owned, on_owned
+            yield owned.resource, on_owned
         for watch in wiring.watches:
 
             def on_watched(old: Obj | None, new: Obj | None, _watch: Watch = watch) -> None:
@@ -386,12 +406,13 @@ class Controller:
         token = _RECONCILING.set((name, key))
         written: set[Wrote] = set()
         written_token = _WRITTEN.set(written)
+        link_key = f"{name}/{key[0]}/{key[1]}"
         result = RESULT_ERROR
         trace_id: str | None = None
         try:
             with (
                 self.metrics.active(name),
-                self.tracing.start_pass(self.span_kind, obj, link_key=f"{name}/{key[0]}/{key[1]}") as report,
+                self.tracing.start_pass(self.span_kind, obj, link_key=link_key) as report,
             ):
                 report.span.set_attribute("controller", name)
                 trace_id = trace_id_hex(report.span)
@@ -442,6 +463,10 @@ class Controller:
             self._woken_during(key, written)
             self._started.pop(key, None)
             self._read_generation.pop(key, None)
+            if self.wiring.key is key_of and self.caches.store(self.wiring.primary).get(key) is None:
+                # The object is gone: its pass links go with it (kept, every attachment ever made
+                # would stay remembered until the bound clears them all).
+                self.tracing.forget(link_key)
             self.metrics.observe(name, result, time.monotonic() - started, trace_id)
 
 

@@ -201,8 +201,14 @@ class Tracing:
                         self._last_pass.clear()
                     self._last_pass[key] = context
 
-    def forget(self, uid: str) -> None:
-        self._last_pass.pop(uid, None)
+    def forget(self, key: str) -> None:
+        """Drop the last pass remembered for ``key`` (a UID or a ``link_key``): its object is gone, and
+        a later object of the same name is another incarnation, not a next pass."""
+        self._last_pass.pop(key, None)
+
+    def remembered(self) -> int:
+        """How many keys a previous pass is remembered for (bounded by ``_MAX_REMEMBERED``)."""
+        return len(self._last_pass)
 
     @contextmanager
     def child(self, name: str, **attributes: str) -> Iterator[trace.Span]:

@@ -406,8 +406,8 @@ class SubstrateModel:
 
     # The driver: provisioning.
 
-    def _free_ip(self, address_class: Mapping[str, Any], version: int) -> str | None:
-        used = self.taken | set(self.addresses)
+    def _free_ip(self, address_class: Mapping[str, Any], version: int, used: set[str]) -> str | None:
+        """The first host address of the class's CIDRs of ``version`` whose name is not in ``used``."""
         for network in class_cidrs(address_class):
             if network.version != version:
                 continue
@@ -419,6 +419,9 @@ class SubstrateModel:
     def _plan_provisioning(self, notes: dict[Key, str]) -> list[Write]:
         writes: list[Write] = []
         mine = self._driver_classes()
+        # The names taken, and those this plan creates: two claims pending at once get two addresses
+        # (the same free IP planned twice would be one create and one 409 for every other claim).
+        used = self.taken | set(self.addresses)
         for key, claim in sorted(self.claims.items()):
             status = claim.get("status") or {}
             class_name = status.get("className")
@@ -435,7 +438,7 @@ class SubstrateModel:
             for version in FAMILIES.get(family, (4,)):
                 if version in have:
                     continue
-                ip = self._free_ip(address_class, version)
+                ip = self._free_ip(address_class, version, used)
                 if ip is None:
                     notes[key] = f"class {class_name} has no free IPv{version} address"
                     continue
@@ -452,6 +455,7 @@ class SubstrateModel:
                     "metadata": {"name": address_name(ip)},
                     "spec": spec,
                 }
+                used.add(address_name(ip))
                 writes.append(Write("create", ADDRESSES, address_name(ip), None, body, f"provision {key[1]}"))
         return writes
 

@@ -552,6 +552,20 @@ def test_a_recreated_claim_of_the_same_name_gets_a_new_address() -> None:
     assert ips(store, "c1") == ["198.51.100.2"]
 
 
+def test_claims_pending_at_once_are_provisioned_in_one_plan_without_a_conflict() -> None:
+    store = world(make_class("public", default=True))
+    for name in ("c1", "c2", "c3"):
+        store.put(CLAIMS, make_claim(name))
+    store.settle()
+    creates = [w.name for w in store.writes if w.verb == "create"]
+    assert len(creates) == len(set(creates)) == 3  # three addresses, no name planned twice (no 409)
+    assert sorted(ip for name in ("c1", "c2", "c3") for ip in ips(store, name)) == [
+        "198.51.100.1",
+        "198.51.100.2",
+        "198.51.100.3",
+    ]
+
+
 def test_an_event_older_than_the_cache_is_ignored() -> None:
     model = SubstrateModel()
     newer = {"metadata": {"name": "public", "uid": "u", "resourceVersion": "7"}, "spec": {"provisioner": "b"}}

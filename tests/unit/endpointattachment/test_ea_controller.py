@@ -21,6 +21,7 @@ from operators.endpointattachment.api import (
     CLAIM_ANNOTATION,
     CLAIMS,
     CLASSES,
+    METALLB_IPS_ANNOTATION,
     PROGRAMMED_ANNOTATION,
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
@@ -34,6 +35,7 @@ from operators.endpointattachment.reasons import (
 )
 from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import RESOURCES, SUBSTRATE, World
+from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import Controller, Result, StaticCaches
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
@@ -119,10 +121,22 @@ MapFunction = Callable[[StaticCaches, Obj], Any]
         (controller.attachments_of_claim, T_CLAIM, {KT}),
         (controller.attachments_of_claim, make_claim("nobody-s"), set()),
         (controller.attachments_of_claim, make_claim("held-ip", namespace=OTHER_NS), set()),
-        # an IPAddress: the attachments of the claim it is bound to
-        (controller.attachments_of_address, make_ip_address(), {KA}),
-        (controller.attachments_of_address, make_ip_address(claim=(NS, "held-ip")), {KB}),
-        (controller.attachments_of_address, make_ip_address(claim=None), set()),
+        # an IPAddress: the attachments of the claim it names, once it is associated with a Service
+        # (an unassociated address decides nothing), but for the one controlling that Service
+        (controller.attachments_of_address, make_ip_address(), set()),
+        (controller.attachments_of_address, make_ip_address(associated_to=(NS, "legacy")), {KA}),
+        (
+            controller.attachments_of_address,
+            make_ip_address(claim=(NS, "held-ip"), associated_to=(NS, "legacy")),
+            {KB},
+        ),
+        (controller.attachments_of_address, make_ip_address(associated_to=key_of(OURS_A)), set()),  # A's own
+        (
+            controller.attachments_of_address,
+            make_ip_address(claim=(NS, "held-ip"), associated_to=key_of(OURS_A)),
+            {KB},  # A's Service is a rival user of held-ip for B
+        ),
+        (controller.attachments_of_address, make_ip_address(claim=None, associated_to=(NS, "x")), set()),
         (controller.attachments_of_address, {"metadata": {"name": "x"}, "spec": {"claimRef": "x"}}, set()),
         # a class: the attachments of the claims that resolved to it
         (controller.attachments_of_class, make_class(), {KA, KB, KT}),
@@ -199,6 +213,135 @@ CLAIMS_CRD = make_crd(CLAIMS)
 VM_SLICE = make_endpointslice("vm-vm1")
 TWO_READY: list[tuple[str | None, str, bool | None]] = [("p1", "10.0.0.1", True), ("p2", "10.0.0.2", None)]
 Predicate = Callable[[Obj | None, Obj | None], bool]
+PredicateRow = tuple[Predicate, Obj | None, Obj | None, bool]
+
+
+def with_metadata(obj: Obj, **metadata: Any) -> Obj:
+    """``obj`` with ``metadata`` merged in (None removes a key)."""
+    merged = {**obj["metadata"], **metadata}
+    return {**obj, "metadata": {k: v for k, v in merged.items() if v is not None}}
+
+
+def with_status(obj: Obj, **status: Any) -> Obj:
+    return {**obj, "status": {**(obj.get("status") or {}), **status}}
+
+
+PENDING_SAYS = {
+    "type": "Bound",
+    "status": "False",
+    "reason": "WaitingForProvisioning",
+    "message": "no free IP",
+}
+PENDING = make_claim(owner=A, phase="Pending", conditions=[{**PENDING_SAYS, "lastTransitionTime": "t1"}])
+# One row per field of a claim: what a pass reads of it wakes (phase, addresses, class, family,
+# controller, deletion; while not Bound, the words of its conditions), nothing else does.
+CLAIM_PREDICATE: list[PredicateRow] = [
+    (controller.claim_reading_changed, None, MINTED, True),
+    (controller.claim_reading_changed, MINTED, None, True),
+    (controller.claim_reading_changed, MINTED, changed(MINTED), False),  # bookkeeping only
+    (
+        controller.claim_reading_changed,
+        MINTED,
+        with_metadata(
+            MINTED,
+            annotations={"local.sdn.cozystack.io/provisioner": "metallb"},
+            finalizers=["local.sdn.cozystack.io/claim-protection"],
+        ),
+        False,  # the substrate's stamp and finalizer
+    ),
+    (controller.claim_reading_changed, MINTED, with_metadata(MINTED, labels={"x": "y"}), False),
+    (controller.claim_reading_changed, PENDING, MINTED, True),  # phase and addresses
+    (
+        controller.claim_reading_changed,
+        MINTED,
+        make_claim(owner=A, addresses=(ADDRESS, "2001:db8::1")),
+        True,
+    ),
+    (controller.claim_reading_changed, MINTED, make_claim(owner=A, status_class="other"), True),
+    (controller.claim_reading_changed, MINTED, make_claim(owner=A, class_name="other"), True),
+    (controller.claim_reading_changed, MINTED, make_claim(owner=A, family="IPv6"), True),
+    (controller.claim_reading_changed, MINTED, make_claim(owner=A, deleting=True), True),
+    (controller.claim_reading_changed, MINTED, make_claim(owner=B), True),  # another controller
+    (controller.claim_reading_changed, MINTED, make_claim(), True),  # released by its controller
+    (
+        controller.claim_reading_changed,
+        PENDING,
+        make_claim(owner=A, phase="Pending", conditions=[{**PENDING_SAYS, "lastTransitionTime": "t2"}]),
+        False,  # a condition's timestamp
+    ),
+    (
+        controller.claim_reading_changed,
+        PENDING,
+        make_claim(owner=A, phase="Pending", conditions=[{**PENDING_SAYS, "message": "class exhausted"}]),
+        True,  # ClaimPending repeats the claim's words
+    ),
+    (
+        controller.claim_reading_changed,
+        make_claim(owner=A, conditions=[{**PENDING_SAYS, "status": "True"}]),
+        make_claim(owner=A, conditions=[{**PENDING_SAYS, "status": "True", "message": "bound"}]),
+        False,  # Bound: its conditions' words are not read
+    ),
+]
+ASSOCIATED = make_ip_address(associated_to=(NS, "svc-a"))
+# An address: only its association (under the claim it names) is read.
+ADDRESS_PREDICATE: list[PredicateRow] = [
+    (controller.address_reading_changed, None, make_ip_address(), False),  # created unassociated
+    (controller.address_reading_changed, make_ip_address(), None, False),
+    (controller.address_reading_changed, make_ip_address(phase="Available"), make_ip_address(), False),
+    (controller.address_reading_changed, make_ip_address(), ASSOCIATED, True),
+    (controller.address_reading_changed, ASSOCIATED, make_ip_address(), True),
+    (controller.address_reading_changed, None, ASSOCIATED, True),
+    (controller.address_reading_changed, ASSOCIATED, None, True),
+    (controller.address_reading_changed, ASSOCIATED, make_ip_address(associated_to=(NS, "svc-b")), True),
+    (
+        controller.address_reading_changed,
+        ASSOCIATED,
+        make_ip_address(associated_to=(OTHER_NS, "svc-a")),
+        True,
+    ),
+    (
+        controller.address_reading_changed,
+        ASSOCIATED,
+        make_ip_address(claim=(NS, "held-ip"), associated_to=(NS, "svc-a")),
+        True,
+    ),
+    (controller.address_reading_changed, ASSOCIATED, with_status(ASSOCIATED, phase="Released"), False),
+]
+PINNED_A = with_metadata(OURS_A, annotations={CLAIM_ANNOTATION: CLAIM, METALLB_IPS_ANNOTATION: ADDRESS})
+# A Service: everything but the driver's pin and a write's bookkeeping.
+SERVICE_PREDICATE: list[PredicateRow] = [
+    (controller.service_reading_changed, None, OURS_A, True),
+    (controller.service_reading_changed, OURS_A, None, True),
+    (controller.service_reading_changed, OURS_A, PINNED_A, False),
+    (
+        controller.service_reading_changed,
+        OURS_A,
+        with_metadata(OURS_A, resourceVersion="9", generation=2),
+        False,
+    ),
+    (
+        controller.service_reading_changed,
+        PINNED_A,
+        with_status(PINNED_A, loadBalancer={"ingress": [{"ip": ADDRESS}]}),
+        True,
+    ),
+    (
+        controller.service_reading_changed,
+        OURS_A,
+        with_metadata(OURS_A, annotations={CLAIM_ANNOTATION: CLAIM, PROGRAMMED_ANNOTATION: "x"}),
+        True,
+    ),
+    (controller.service_reading_changed, OURS_A, with_metadata(OURS_A, annotations=None), True),
+    (controller.service_reading_changed, OURS_A, with_metadata(OURS_A, labels={"x": "y"}), True),
+    (controller.service_reading_changed, OURS_A, with_metadata(OURS_A, deletionTimestamp="t"), True),
+    (controller.service_reading_changed, OURS_A, with_metadata(OURS_A, ownerReferences=None), True),
+    (
+        controller.service_reading_changed,
+        OURS_A,
+        {**OURS_A, "spec": {**OURS_A["spec"], "selector": {}}},
+        True,
+    ),
+]
 
 
 @pytest.mark.parametrize(
@@ -252,6 +395,9 @@ Predicate = Callable[[Obj | None, Obj | None], bool]
         ),
         (controller.programmed_reading_changed, None, make_endpoints(), True),
         (controller.programmed_reading_changed, make_endpoints(), None, True),
+        *CLAIM_PREDICATE,
+        *ADDRESS_PREDICATE,
+        *SERVICE_PREDICATE,
     ],
 )
 def test_change_predicates(predicate: Predicate, old: Obj | None, new: Obj | None, expected: bool) -> None:
@@ -302,10 +448,14 @@ ANSWERED_A = {**OURS_A, "status": {"loadBalancer": {"ingress": [{"ip": ADDRESS}]
     ("kind", "old", "new", "expected"),
     [
         ("attachment", A, changed(A), {KA}),
-        ("claim", MINTED, changed(MINTED), {KA}),  # its phase and addresses are read; minted: owns
-        ("claim", HELD, changed(HELD), {KB}),
+        ("claim", PENDING, MINTED, {KA}),  # its phase and addresses are read; minted: owns
+        ("claim", MINTED, changed(MINTED), set()),  # a status write changing nothing read
+        ("claim", make_claim("held-ip", phase="Pending"), HELD, {KB}),
+        ("claim", HELD, changed(HELD), set()),
         ("address", None, make_ip_address(associated_to=(NS, "legacy")), {KA}),
+        ("address", make_ip_address(), make_ip_address(associated_to=key_of(OURS_A)), set()),  # A's own
         ("service", OURS_A, ANSWERED_A, {KA}),  # the load balancer's answer, through owns
+        ("service", OURS_A, PINNED_A, set()),  # the driver's pin: nothing a pass reads
         ("service", make_service(), None, {KA}),  # the endpoint went: Detached
         ("service", CHART, changed(CHART), set()),  # a proxied Service's status: nobody's business
         ("service", None, CHART, {KV}),
@@ -462,11 +612,35 @@ async def test_finalizing_deletes_our_service_then_the_finalizer_and_never_the_c
         *RESOLVED_WORLD, put("attachment", deleting), put("service", OURS_A), put("claim", MINTED)
     )
     assert await running.reconcile(KA) == Result()
-    assert writer.calls == [("delete", "services", "db-public-x7ktq")]
-    writer.calls.clear()
+    # The Service held no finalizer: gone once its DELETE is answered, so the same pass releases ours.
+    assert writer.calls == [
+        ("delete", "services", "db-public-x7ktq"),
+        ("unfinalize", "endpointattachments", "db-public"),
+    ]
+    assert caches.store(CLAIMS).get(key_of(MINTED)) is not None, "left to garbage collection"
+
+
+async def test_finalizing_waits_for_a_service_held_by_a_finalizer_to_go() -> None:
+    deleting = make_attachment(uid="ea-a", deleting=True, finalizers=[FINALIZER])
+    held = with_metadata(OURS_A, finalizers=["service.kubernetes.io/load-balancer-cleanup"])
+    running, writer, caches, _ = reconciler(
+        *RESOLVED_WORLD, put("attachment", deleting), put("service", held)
+    )
+    terminating = with_metadata(held, deletionTimestamp="2026-12-01T00:00:09Z")
+    caches.store(SERVICES).upsert(terminating)  # what the API answered: still there, being deleted
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == []  # its deletion is under way: nothing to send, the finalizer stays
+    caches.store(SERVICES).delete(key_of(terminating))
     assert await running.reconcile(KA) == Result()  # woken by the Service's deletion (owns)
     assert writer.calls == [("unfinalize", "endpointattachments", "db-public")]
-    assert caches.store(CLAIMS).get(key_of(MINTED)) is not None, "left to garbage collection"
+
+
+async def test_finalizing_deletes_a_service_held_by_a_finalizer_and_waits() -> None:
+    deleting = make_attachment(uid="ea-a", deleting=True, finalizers=[FINALIZER])
+    held = with_metadata(OURS_A, finalizers=["service.kubernetes.io/load-balancer-cleanup"])
+    running, writer, _, _ = reconciler(*RESOLVED_WORLD, put("attachment", deleting), put("service", held))
+    assert await running.reconcile(KA) == Result()
+    assert writer.calls == [("delete", "services", "db-public-x7ktq")]  # not released: not gone yet
 
 
 async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_delete() -> None:

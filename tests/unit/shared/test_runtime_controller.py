@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk.trace import TracerProvider
 from prometheus_client import CollectorRegistry
 
 from shared.kube import ApiError
@@ -24,6 +25,7 @@ from shared.runtime.controller import (
     Caches,
     Conflict,
     Controller,
+    Owns,
     Result,
     StaticCaches,
     TerminalError,
@@ -43,14 +45,15 @@ from shared.telemetry.tracing import Tracing
 WIDGETS = Resource("example.io/v1", "widgets")
 GADGETS = Resource("v1", "gadgets")
 PARTS = Resource("v1", "parts")
+GEARS = Resource("v1", "gears")
 
 
 def obj(name: str, namespace: str = "ns", **metadata: Any) -> Obj:
     return {"metadata": {"name": name, "namespace": namespace, **metadata}}
 
 
-def owned_by(name: str, kind: str = "Widget", controller: bool = True) -> Obj:
-    reference = {"apiVersion": "example.io/v1", "kind": kind, "name": "w1", "uid": "u1"}
+def owned_by(name: str, kind: str = "Widget", controller: bool = True, owner: str = "w1") -> Obj:
+    reference = {"apiVersion": "example.io/v1", "kind": kind, "name": owner, "uid": "u1"}
     return obj(name, ownerReferences=[{**reference, "controller": controller}])
 
 
@@ -103,7 +106,7 @@ WIRING = Wiring(
     primary=WIDGETS,
     primary_kind="Widget",
     predicates=(generation_changed,),
-    owns=(PARTS,),
+    owns=(PARTS, Owns(GEARS, (labels_changed,))),
     watches=(Watch(GADGETS, map=parts_of_gadget, predicates=(labels_changed,)),),
     workers=2,
 )
@@ -125,17 +128,22 @@ class Recorder:
 
 
 def controller(
-    reconciler: Recorder, registry: CollectorRegistry | None = None, wiring: Wiring = WIRING
+    reconciler: Recorder,
+    registry: CollectorRegistry | None = None,
+    tracing: Tracing | None = None,
+    wiring: Wiring = WIRING,
 ) -> Controller:
     registry = registry or CollectorRegistry()
-    caches = StaticCaches({WIDGETS: Store(), GADGETS: Store(), PARTS: Store()})
+    widgets = Store()
+    widgets.upsert(obj("w1"))  # the owner of the parts and gears below is cached
+    caches = StaticCaches({WIDGETS: widgets, GADGETS: Store(), PARTS: Store(), GEARS: Store()})
     return Controller(
         wiring,
         reconciler,
         caches,
         metrics=ControllerMetrics(registry),
         queue_metrics=QueueMetrics(registry),
-        tracing=Tracing(trace.NoOpTracerProvider(), "test", ratio=1.0),
+        tracing=tracing or Tracing(trace.NoOpTracerProvider(), "test", ratio=1.0),
     )
 
 
@@ -146,7 +154,7 @@ def deliver(c: Controller, resource: Resource, old: Obj | None, new: Obj | None)
 
 
 def test_wiring_lists_every_kind_it_reads_once() -> None:
-    assert WIRING.resources() == (WIDGETS, PARTS, GADGETS)
+    assert WIRING.resources() == (WIDGETS, PARTS, GEARS, GADGETS)
 
 
 @pytest.mark.parametrize(
@@ -157,6 +165,16 @@ def test_wiring_lists_every_kind_it_reads_once() -> None:
         (WIDGETS, obj("w1", generation=1), None, 1),  # deleted
         (PARTS, None, owned_by("p1"), 1),  # owned: its controller
         (PARTS, None, obj("p1"), 0),  # not owned: nobody
+        (PARTS, owned_by("p1", owner="gone"), None, 0),  # its owner not cached: nobody (GC, or later)
+        (PARTS, owned_by("p1"), owned_by("p1"), 1),  # owned, no predicate: every change
+        (GEARS, None, owned_by("g1"), 1),  # owned behind labels_changed: an add passes
+        (GEARS, owned_by("g1"), owned_by("g1"), 0),  # ... a change of nothing it reads does not
+        (
+            GEARS,
+            owned_by("g1"),
+            {**owned_by("g1"), "metadata": {**owned_by("g1")["metadata"], "labels": {"a": "b"}}},
+            1,
+        ),
         (GADGETS, None, obj("g", labels={"widgets": "a b"}), 2),
         (GADGETS, obj("g", labels={"widgets": "a"}), obj("g", labels={"widgets": "b"}), 2),  # old and new
         (GADGETS, obj("g", labels={"widgets": "a"}), obj("g", labels={"widgets": "a"}), 0),  # predicate
@@ -281,6 +299,16 @@ async def test_what_a_result_does(outcome: Any, label: str, queued_later: bool) 
         "controller_runtime_terminal_reconcile_errors_total", {"controller": "widgets"}
     )
     assert terminal == (1 if isinstance(outcome, TerminalError) else 0)
+
+
+async def test_a_pass_over_a_gone_object_forgets_its_link_to_the_previous_pass() -> None:
+    """The last pass per key is remembered for the next pass's link; a key whose object is gone is
+    forgotten, or every object ever reconciled would stay remembered."""
+    tracing = Tracing(TracerProvider(), "test", ratio=1.0)
+    c = controller(Recorder(), tracing=tracing)
+    await c.reconcile_once(("ns", "w1"))  # cached
+    await c.reconcile_once(("ns", "gone"))
+    assert tracing.remembered() == 1
 
 
 async def test_workers_reconcile_what_was_woken_before_they_started() -> None:
