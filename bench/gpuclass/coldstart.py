@@ -53,6 +53,7 @@ from typing import Any, Final, TypeVar
 from bench.gpuclass.plainlist import COMMAND, PAGE_SIZE, pages
 from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import World, WorldSpec, build_world
+from bench.procfs import cpu_seconds, memory_bytes
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
@@ -476,10 +477,10 @@ async def _start(
                 )
             await asyncio.sleep(POLL_SECONDS)  # the poll interval of a bounded poll
         took = time.time() - spawned
-        cpu = _cpu_seconds(process.pid)
-        peak_at_correct = _peak_rss(process.pid)
+        cpu = cpu_seconds(process.pid)
+        peak_at_correct = memory_bytes(process.pid, "VmHWM")
         await asyncio.sleep(HOLD_SECONDS)  # a measurement window: the memory of the first watches
-        peak = _peak_rss(process.pid)
+        peak = memory_bytes(process.pid, "VmHWM")
     return Start(took, _steps(log_path, spawned), cpu, peak_at_correct, peak)
 
 
@@ -542,28 +543,6 @@ def _steps(log_path: Path, spawned: float) -> dict[str, float]:
                     at = datetime.strptime(line[:LOG_TIME_LENGTH], LOG_TIME_FORMAT).timestamp()
                     steps[label] = at - spawned
     return {label: steps[label] for label, _ in LOG_STEPS if label in steps}
-
-
-def _cpu_seconds(pid: int) -> float:
-    """User and system CPU time the process has used so far."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _peak_rss(pid: int) -> int:
-    """The process's peak resident memory so far (``VmHWM``), in bytes; 0 when it is gone."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("VmHWM:"):
-            return int(line.split()[1]) * 1024  # the kernel counts kB
-    return 0
 
 
 def _mib(size: int) -> str:
