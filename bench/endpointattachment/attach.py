@@ -50,13 +50,13 @@ from bench.endpointattachment.apimetrics import ApiServerMetrics, RequestKey, co
 from bench.endpointattachment.report import MULTIPLY, Row, duration, percentile, ratio
 from bench.endpointattachment.streams import (
     BalancerWatch,
-    cpu_seconds,
     follow,
     ingress_ips,
     machine_cpu_seconds,
     own_cpu_seconds,
     supervised,
 )
+from bench.procfs import cpu_seconds
 from hack.metallb import MetalLB, metallb
 from operators.endpointattachment.api import (
     API_VERSION,

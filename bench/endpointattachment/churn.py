@@ -75,12 +75,12 @@ from bench.endpointattachment.attach import (
 )
 from bench.endpointattachment.report import Row, duration, percentile, ratio
 from bench.endpointattachment.streams import (
-    cpu_seconds,
     follow,
     machine_cpu_seconds,
     own_cpu_seconds,
     supervised,
 )
+from bench.procfs import cpu_seconds
 from bench.slo import (
     KEPT_UP,
     QUANTILE,

@@ -11,7 +11,8 @@ Decides:
   holding the address of the provider annotation). The load balancer is MetalLB's real controller
   (``hack.metallb``); the baseline Services and the rendered ones go through the very same MetalLB
   and the very same watch. Nothing here writes a Service.
-* CPU seconds of a process (``/proc``), to tell where the time went.
+* CPU seconds of this process and of the whole machine, to tell where the time went (a process of
+  its own: ``bench.procfs``).
 
 Timestamps are ``time.perf_counter()`` of the benchmark process, taken when the event is handled.
 """
@@ -122,16 +123,6 @@ class BalancerWatch:
         address = provider_address(service)
         if address and ingress_ips(service) == [address]:
             self.answered_at.setdefault(key, now)
-
-
-def cpu_seconds(pid: int) -> float:
-    """User plus system CPU seconds a process has used (0 when it is gone)."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
 
 def own_cpu_seconds() -> float:

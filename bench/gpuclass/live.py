@@ -33,7 +33,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import os
 import random
 import shutil
 import statistics
@@ -55,6 +54,7 @@ from bench.gpuclass.world import (
     node_name,
     node_object,
 )
+from bench.procfs import cpu_seconds, memory_bytes
 from bench.slo import (
     QUEUE_P99_TARGET,
     STATUS_P99_TARGET,
@@ -189,7 +189,7 @@ async def _run(
         await writes.start()
         pod_events = PodEventCounter(kube)
         await pod_events.start()
-        cpu_before = _cpu_seconds(operator)
+        cpu_before = cpu_seconds(operator.process.pid)
         baseline = LoadsBaseline(pod_events)
         baseline.start()
         limit = asyncio.Semaphore(options.concurrency)
@@ -213,7 +213,7 @@ async def _run(
         last_change = time.perf_counter()
         converged = await _converge(kube, expected, options.converge_timeout, operator)
         converge_seconds = converged - last_change
-        operator_cpu = _cpu_seconds(operator) - cpu_before
+        operator_cpu = cpu_seconds(operator.process.pid) - cpu_before
         run_seconds = time.perf_counter() - started
         writes_during_churn = await writes.stop()
         events_sent = await pod_events.stop()
@@ -226,11 +226,12 @@ async def _run(
         before = await operator.scrape()
 
         say(f"live: {options.quiet_seconds:.0f}s without changes, counting status writes")
-        quiet_cpu_before, quiet_started = _cpu_seconds(operator), time.perf_counter()
+        pid = operator.process.pid
+        quiet_cpu_before, quiet_started = cpu_seconds(pid), time.perf_counter()
         quiet_writes, moved = await _quiet(kube, options.quiet_seconds)
-        idle_rate = (_cpu_seconds(operator) - quiet_cpu_before) / (time.perf_counter() - quiet_started)
+        idle_rate = (cpu_seconds(pid) - quiet_cpu_before) / (time.perf_counter() - quiet_started)
         after = await operator.scrape()
-        rss = _rss_bytes(operator)
+        rss = memory_bytes(operator.process.pid)
         _check_operator(operator)
 
     count, total = (
@@ -775,27 +776,6 @@ async def _quiet(kube: Kube, duration: float) -> tuple[int, int]:
 
 
 # --- the operator process -------------------------------------------------------------------------
-
-
-def _cpu_seconds(operator: RunningOperator) -> float:
-    """User and system CPU time the operator process has used so far."""
-    try:
-        stat = Path(f"/proc/{operator.process.pid}/stat").read_text()
-    except OSError:
-        return 0.0
-    fields = stat.rsplit(")", 1)[1].split()  # after the command name, which may hold spaces
-    return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
-
-
-def _rss_bytes(operator: RunningOperator) -> int:
-    try:
-        status = Path(f"/proc/{operator.process.pid}/status").read_text()
-    except OSError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
 
 
 def _check_operator(operator: RunningOperator) -> None:

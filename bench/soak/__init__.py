@@ -41,6 +41,7 @@ import httpx
 
 from bench.endpointattachment.apimetrics import ApiServerMetrics
 from bench.endpointattachment.report import MULTIPLY, Row, table
+from bench.procfs import memory_bytes
 from bench.soak import analysis, churn, memwhere
 from hack.devcluster import LocalControlPlane
 from operators.endpointattachment.api import ATTACHMENTS
@@ -83,14 +84,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
 
 def rss_bytes(pid: int) -> int:
     """The process's resident set, from /proc; 0 once it has exited."""
-    try:
-        status = Path(f"/proc/{pid}/status").read_text()
-    except FileNotFoundError:
-        return 0
-    for line in status.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1]) * 1024
-    return 0
+    return memory_bytes(pid)
 
 
 class Scraper:

@@ -11,7 +11,9 @@ Decides:
   stored one is not delivered; a key missing from the complete list is delivered as a deletion, and
   only once the whole list (every page) has been read, so a list that fails half-way deletes
   nothing. A stored object newer than the list (our own write, remembered after the list's
-  snapshot) is neither replaced nor deleted by it: the watch brings the truth right after;
+  snapshot) is neither replaced nor deleted by it: the watch brings the truth right after. A fold's
+  deletions are the keys it held when the LIST began and the LIST did not bring (so it need not
+  remember every listed key; a key it took in by ``remember`` meanwhile stays, as a store's does);
 * **write-through**: ``remember`` puts the answer of our own write into the store at once; the watch
   event that later carries the same resourceVersion is an echo and is dropped, and so is any event
   or listed object older than the stored version (when both resourceVersions are integers, as the
@@ -402,8 +404,15 @@ class Informer:
                 await self._sleep(delay)
 
     async def _list(self) -> None:
-        """One complete LIST, applied with replace semantics; deletions only once it is complete."""
+        """One complete LIST, applied with replace semantics; deletions only once it is complete.
+
+        A store remembers every listed key (its deletions are the stored keys not among them). A
+        fold remembers only what it held when the LIST began and has not been listed since: those
+        are its deletions, so the LIST of 150,000 Pods that fold into a few thousand contributions
+        keeps no set of 150,000 keys (a cold start's fold holds nothing: it keeps nothing)."""
+        fold = self.fold
         seen: set[Key] = set()
+        unlisted: set[Key] | None = set(fold.keys()) if fold is not None else None
         token = ""
         list_version = ""
         # The first page names where to read from (see the module docstring); the rest follow their
@@ -429,13 +438,19 @@ class Informer:
                     obj["kind"] = kind
                 if self.transform is not None:
                     obj = self.transform(obj)
-                key = key_of(obj)
-                seen.add(key)
+                if unlisted is None:
+                    seen.add(key_of(obj))
+                elif unlisted:
+                    unlisted.discard(key_of(obj))
                 self._apply_upsert(obj)
             token = metadata.get("continue") or ""
             if not token:
                 break
-        self._delete_unseen(seen, list_version)
+        if unlisted is not None:
+            for key in unlisted:
+                self._apply_delete(key, None)
+        else:
+            self._delete_unseen(seen, list_version)
         self.resource_version = list_version
 
     def _not_served(self) -> None:

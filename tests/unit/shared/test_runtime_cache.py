@@ -543,6 +543,29 @@ async def test_relist_replaces_through_a_fold(
     assert {name for _, name in fold.versions} == held
 
 
+async def test_a_fold_relist_deletes_what_it_held_and_was_not_listed_only() -> None:
+    """A fold's deletions after a LIST are the keys it held when the LIST began and did not get
+    (it keeps no set of every listed key); a key it took in by ``remember`` meanwhile stays."""
+    first = page([cm("a", "1"), cm("b", "1")], "10")
+    second = [page([cm("a", "1")], "20", token="t"), page([cm("c", "21")], "20")]
+    kube = ScriptedKube(lists=[first, *second], watches=[[connection_error()]])
+    fold = RvFold()
+    informer, recorder, _ = informer_for(kube, fold=fold)
+    listed = kube.list
+
+    async def list_and_remember(path: str, **params: Any) -> Obj:
+        answer = await listed(path, **params)
+        if params.get("continue_") == "t":  # between the second LIST's pages: our own write's answer
+            informer.remember(cm("z", "22"))
+        return answer
+
+    kube.list = list_and_remember  # type: ignore[method-assign]
+    await run_until_quiet(informer, kube)
+    assert {name for _, name in fold.versions} == {"a", "c", "z"}
+    assert ("deleted", "b", "") in recorder.changes
+    assert not any(change[0] == "deleted" and change[1] != "b" for change in recorder.changes)
+
+
 async def test_fold_deletion_is_delivered_as_a_stub() -> None:
     kube = ScriptedKube(lists=[page([cm("a", "1")], "10")], watches=[[("DELETED", cm("a", "2"))]])
     delivered: list[tuple[Obj | None, Obj | None]] = []
