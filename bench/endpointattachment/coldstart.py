@@ -76,7 +76,7 @@ COLD_APPS: Final = 20  # applications whose endpoints the attachments publish (r
 COLD_RUNS: Final = 3  # turns of (baseline LIST, operator start); the median turn's ratio is the figure
 # The warm-up operator's --workers: its passes wait on the API server (a mint, a create, each 0.1-1 s on
 # a loaded machine), not on its CPU, so more of them settle the world sooner.
-FILL_WORKERS: Final = 32
+FILL_WORKERS: Final = 16
 COLD_CONCURRENCY: Final = 8  # attachment creates in flight while filling (the API server is shared)
 TARGET_RATIO: Final = 2.0  # issue 18: cold start at most 2x a LIST of the same objects
 WRITES_TARGET: Final = 0  # a settled world: a cold start writes nothing
@@ -92,6 +92,7 @@ DEPTH: Final = "workqueue_depth"
 ACTIVE: Final = "controller_runtime_active_workers"
 LEADER: Final = "leader_election_master_status"
 DRAIN_SAMPLES: Final = (RECONCILES, DEPTH, ACTIVE, LEADER)
+SYNCED: Final = "caches synced:"  # the manager's log line once every informer has listed
 # The verbs of apiserver_request_total that change something; Leases are renewed by whoever leads.
 WRITE_VERBS: Final = frozenset({"POST", "PUT", "PATCH", "DELETE", "APPLY", "DELETECOLLECTION"})
 UNCOUNTED_RESOURCES: Final = frozenset({"leases"})
@@ -126,11 +127,12 @@ def _total(samples: Samples, metric: str, /, **labels: str) -> float:
     return attach._metric(samples, {}, metric, **labels)
 
 
-def drained(samples: Samples, attachments: int) -> bool:
-    """The operator leads, has reconciled at least ``attachments`` keys and has nothing queued or
-    running: each attachment had its pass (keys queued before the workers start are one per key)."""
+def drained(samples: Samples, attachments: int, elected: bool = True) -> bool:
+    """The operator leads (when it is ``elected``), has reconciled at least ``attachments`` keys and
+    has nothing queued or running: each attachment had its pass (keys queued before the workers
+    start are one per key)."""
     return (
-        _total(samples, LEADER) >= 1
+        (_total(samples, LEADER) >= 1 or not elected)
         and _total(samples, RECONCILES, controller=CONTROLLER) >= attachments
         and _total(samples, DEPTH, name=CONTROLLER) == 0
         and _total(samples, ACTIVE, controller=CONTROLLER) == 0
@@ -274,12 +276,13 @@ async def _fill(
     stand_in = StandIn(kube, attach.NAMESPACE, address_class)
     stand_in.start(say)
     watch = supervised(following(kube, ATTACHMENTS.path(attach.NAMESPACE), on_attachment), "fill watch", say)
-    args = [f"--workers={options.fill_workers}", f"--leader-election-namespace={LEASE_NAMESPACE}"]
+    # No Lease to lose while the API server is swamped by the fill; its timeout as long as the wait.
+    args = [f"--workers={options.fill_workers}", "--leader-elect=false", "--api-timeout-seconds=120"]
     log_path = workdir / "operator-warmup.log"
     creating: asyncio.Task[int] | None = None
     try:
         async with operator_process("operators.endpointattachment", kubeconfig, args, log_path) as operator:
-            await _drained(operator, 0, options.start_timeout)
+            await _drained(operator, 0, options.start_timeout, elected=False)
             empty = _memory_of(operator.process.pid)
             say(f"coldstart: creating {count:,} attachments over {len(endpoints)} applications")
             names = [f"ea-{n:05d}" for n in range(count)]
@@ -301,7 +304,7 @@ async def _fill(
                         f"{stand_in.failures[:3]}):\n{operator.log_tail(40)}"
                     )
             await creating
-            await _drained(operator, count, options.start_timeout)
+            await _drained(operator, count, options.start_timeout, elected=False)
     finally:
         for task in (watch, *([creating] if creating is not None else [])):
             task.cancel()
@@ -320,13 +323,17 @@ async def _check(kube: Kube, count: int) -> str:
     return f"{provisioned:,}/{count:,} attachments Provisioned"
 
 
-async def _drained(operator: RunningOperator, attachments: int, within: float) -> Samples:
-    """Poll the operator's metrics (``DRAIN_SAMPLES`` only) until ``drained``; the last samples."""
+async def _drained(
+    operator: RunningOperator, attachments: int, within: float, *, elected: bool = True
+) -> Samples:
+    """Poll the operator's metrics (``DRAIN_SAMPLES`` only) until ``drained`` (not ``elected``: once
+    its log says its caches synced); the last samples."""
     deadline = time.perf_counter() + within
     while True:
         with contextlib.suppress(httpx.HTTPError):  # its metrics server is not up yet
             samples = await operator.scrape(DRAIN_SAMPLES)
-            if drained(samples, attachments):
+            synced = elected or SYNCED in operator.log_path.read_text(errors="replace")
+            if synced and drained(samples, attachments, elected):
                 return samples
         if operator.process.returncode is not None or time.perf_counter() > deadline:
             tail = _log_tail(operator.log_path)

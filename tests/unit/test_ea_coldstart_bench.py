@@ -71,6 +71,11 @@ def test_drained(what: str, scraped: Samples, attachments: int, expected: bool) 
     assert drained(scraped, attachments) is expected
 
 
+def test_an_operator_without_leader_election_drains_without_leading() -> None:
+    assert drained(samples(passes=0, leading=0), 0, elected=False)
+    assert not drained(samples(passes=0, leading=0, depth=3), 0, elected=False)
+
+
 def test_passes_by_result_counts_only_the_attachments_controller_and_seen_results() -> None:
     assert passes_by_result(samples(passes=5, other=3)) == {"success": 5}
 
