@@ -244,7 +244,11 @@ async def _run(
                 options, kubeconfig, api, workdir / "operator-profiled.log", options.profile
             )
             say(f"coldstart: profiled start {profiled.seconds:.2f}s; profile in {options.profile}")
-            profile_notes = _profile_summary(options.profile)
+            profile_notes = (
+                _profile_summary(options.profile)
+                if options.profile.exists()
+                else [f"no profile was written to {options.profile} (the operator did not exit in time)"]
+            )
     finally:
         await api.close()
         await kube.close()
