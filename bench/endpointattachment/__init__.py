@@ -9,7 +9,7 @@ operator's CRD, Flux's HelmRelease CRD and the address substrate's CRDs, and mea
   LoadBalancer Service by hand, at the same concurrency (target: p50 at most 1.2x), and the
   operator's API requests per attachment (target: at most 8). See ``attach``.
 
-* ``coldstart``: the operator's start on 5,000 settled attachments (their claims, addresses and
+* ``coldstart``: the operator's start on 2,500 settled attachments (their claims, addresses and
   rendered Services) against a plain paged LIST of the same objects, on a control plane of its own
   (target: the median turn at most 2x; no API write), the operator's RSS per attachment. See
   ``coldstart``.
@@ -57,7 +57,7 @@ def parse(argv: Sequence[str]) -> argparse.Namespace:
         "--phase-timeout", type=float, help="no new object after this (default 300 s, quick 90 s)"
     )
     parser.add_argument("--operator-workers", type=int, default=8, help="the operator's --workers")
-    parser.add_argument("--cold-attachments", type=int, help="coldstart: default 5,000 (500 with --quick)")
+    parser.add_argument("--cold-attachments", type=int, help="coldstart: default 2,500 (500 with --quick)")
     parser.add_argument("--cold-runs", type=int, default=coldstart.COLD_RUNS, help="coldstart: turns")
     parser.add_argument("--cold-profile", type=Path, help="coldstart: a profiled start, saved here")
     return parser.parse_args(list(argv))

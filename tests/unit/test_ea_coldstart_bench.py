@@ -15,12 +15,15 @@ from bench.endpointattachment.coldstart import (
     CONTROLLER,
     DEPTH,
     LEADER,
+    NODE_PORTS,
     RECONCILES,
+    ColdOptions,
     Samples,
     class_prefix,
     drained,
     memory,
     passes_by_result,
+    run,
     writes,
 )
 from bench.endpointattachment.listing import LISTS, informer_lists
@@ -174,3 +177,8 @@ def test_the_stand_in_writes_the_substrates_shapes() -> None:
 def test_the_stand_in_hands_out_host_addresses_in_order() -> None:
     address_class = {"spec": {"parameters": {"addresses": ["198.18.0.0/30", "198.18.1.0/31"]}}}
     assert list(hosts(address_class)) == ["198.18.0.1", "198.18.0.2", "198.18.1.0", "198.18.1.1"]
+
+
+def test_more_attachments_than_health_check_node_ports_is_refused_before_any_cluster() -> None:
+    with pytest.raises(ValueError, match="NodePorts"):
+        run(ColdOptions(attachments=NODE_PORTS + 1), lambda message: None)
