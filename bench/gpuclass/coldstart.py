@@ -41,7 +41,6 @@ import io
 import json
 import os
 import pstats
-import shutil
 import signal
 import statistics
 import sys
@@ -52,11 +51,12 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
+from bench.controlplane import on_own_control_plane
 from bench.gpuclass.plainlist import COMMAND, PAGE_SIZE, pages
 from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import World, WorldSpec, build_world
 from bench.procfs import cpu_seconds, memory_bytes
-from hack.devcluster import ClusterInfo, LocalControlPlane
+from hack.devcluster import ClusterInfo
 from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory
@@ -143,16 +143,9 @@ class Start:
 
 
 def run(options: ColdOptions, say: Callable[[str], None]) -> ColdResult:
-    say("coldstart: starting the local control plane")
-    control_plane = LocalControlPlane()
-    with control_plane as cluster:
-        try:
-            result = asyncio.run(_run(options, cluster, control_plane.dir, say))
-        except BaseException:
-            say(f"coldstart: failed; the control plane's files and operator logs stay in {control_plane.dir}")
-            raise
-    shutil.rmtree(control_plane.dir, ignore_errors=True)
-    return result
+    return on_own_control_plane(
+        "coldstart", lambda cluster, workdir: _run(options, cluster, workdir, say), say
+    )
 
 
 async def _run(

@@ -34,7 +34,6 @@ import asyncio
 import contextlib
 import json
 import random
-import shutil
 import statistics
 import time
 from collections.abc import Awaitable, Callable, Iterable, Mapping
@@ -42,6 +41,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
+from bench.controlplane import on_own_control_plane
 from bench.gpuclass.pure import collector_off
 from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import (
@@ -63,7 +63,7 @@ from bench.slo import (
     histogram_quantile,
     tail_quantile,
 )
-from hack.devcluster import ClusterInfo, LocalControlPlane
+from hack.devcluster import ClusterInfo
 from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import CONTROLLER_NAME, POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory, pod_key
@@ -151,18 +151,9 @@ class Churn:
 
 
 def run(options: LiveOptions, say: Callable[[str], None]) -> LiveResult:
-    say("live: starting the local control plane")
-    control_plane = LocalControlPlane()
-    with control_plane as cluster:
-        say(f"live: control plane ready in {cluster.ready_seconds or 0:.1f}s")
-        log_path = control_plane.dir / "gpuclass-operator.log"
-        try:
-            result = asyncio.run(_run(options, cluster, log_path, say))
-        except BaseException:
-            say(f"live: failed; the control plane's files and the operator log stay in {control_plane.dir}")
-            raise
-    shutil.rmtree(control_plane.dir, ignore_errors=True)
-    return result
+    return on_own_control_plane(
+        "live", lambda cluster, workdir: _run(options, cluster, workdir / "gpuclass-operator.log", say), say
+    )
 
 
 async def _run(

@@ -44,10 +44,14 @@ class RunningOperator:
             response = await client.get(f"http://127.0.0.1:{self.health_port}/healthz", timeout=5)
         return response.status_code
 
-    async def scrape(self) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
-        """Every sample served on the metrics port: (name, sorted labels) -> value."""
+    async def scrape(self, names: Sequence[str] = ()) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+        """Every sample served on the metrics port: (name, sorted labels) -> value. With ``names``,
+        only those samples (the server's ``name[]`` filter: no other collector runs for the scrape)."""
+        params = httpx.QueryParams([("name[]", name) for name in names])
         async with httpx.AsyncClient() as client:
-            response = await client.get(f"http://127.0.0.1:{self.metrics_port}/metrics", timeout=5)
+            response = await client.get(
+                f"http://127.0.0.1:{self.metrics_port}/metrics", params=params, timeout=5
+            )
         response.raise_for_status()
         samples: dict[tuple[str, tuple[tuple[str, str], ...]], float] = {}
         for family in text_string_to_metric_families(response.text):
@@ -63,13 +67,16 @@ async def operator_process(
     args: Sequence[str],
     log_path: Path,
     extra_env: Mapping[str, str] | None = None,
+    python_args: Sequence[str] = (),
 ) -> AsyncIterator[RunningOperator]:
+    """``python_args`` go before ``-m module`` (a benchmark's ``-m cProfile -o FILE``)."""
     port, health_port = free_port(), free_port()
     env = {**os.environ, "PYTHONUNBUFFERED": "1", **(extra_env or {})}
     env.pop("KUBECONFIG", None)
     with log_path.open("wb") as log:
         process = await asyncio.create_subprocess_exec(
             sys.executable,
+            *python_args,
             "-m",
             module,
             "--kubeconfig",
