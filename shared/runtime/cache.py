@@ -18,11 +18,18 @@ Decides:
   event that later carries the same resourceVersion is an echo and is dropped, and so is any event
   or listed object older than the stored version (when both resourceVersions are integers, as the
   API server's are; they are opaque strings otherwise and compared for equality only);
-* when to LIST again: after a 410 Gone (an HTTP status or an ERROR event), a connection failure, an
-  idle watch (no data for its idle bound, below) or any other failure, after a jittered backoff
-  (``BACKOFF_INITIAL_SECONDS`` doubling up to ``BACKOFF_MAX_SECONDS``; a 429's Retry-After when it
-  asks for longer); a watch the server ends normally is started again from the last resourceVersion
-  seen (an event's or a BOOKMARK's);
+* when to LIST again: after a 410 Gone (an HTTP status or an ERROR event) or any answered error (a
+  5xx, a 403, a 404 of a CRD gone), after a jittered backoff (``BACKOFF_INITIAL_SECONDS`` doubling up
+  to ``BACKOFF_MAX_SECONDS``; a 429's Retry-After when it asks for longer). A watch the server ends
+  normally is started again from the last resourceVersion seen (an event's or a BOOKMARK's), and so,
+  after the same backoff, is a watch whose **connection** failed (no answer in time, a reset, a
+  stream silent past its idle bound: one of the client's ``NO_ANSWER``): the store is right as of
+  that version, and the API server's watch cache replays every change since, or answers 410 when
+  that version is older than it keeps (then the LIST follows). As kube-rs's watcher does (client-go's
+  reflector re-lists): one silent connection retires every connection of its time (``shared.kube``),
+  so every informer's watch breaks with it, and a re-list of every kind at once would cost the API
+  server and the process a burst of memory for changes a few watch requests bring (the
+  EndpointAttachment soak measured a 5 MiB step of RSS from one such storm);
 * **how long a watch lasts, and how long it may be silent**: HTTP/1.1 has no ping, and the only
   traffic the API server sends on a quiet watch is a BOOKMARK about every minute (from its watch
   cache, with ``allowWatchBookmarks``), often one 2 s before the watch's ``timeoutSeconds`` runs
@@ -44,7 +51,7 @@ Decides:
   ``resourceVersion=0`` read from a lagging watch cache could). Where the API server has
   ConsistentListFromCache (beta and on by default since Kubernetes 1.31; the pinned control plane
   is 1.37), that read is itself served from the watch cache once it has caught up with etcd. The
-  first LIST after a watch failed for any other reason (a dead connection, a timeout) asks for
+  first LIST after a watch failed for any other reason (an answered error but 410) asks for
   ``resourceVersion=<the last one seen>&resourceVersionMatch=NotOlderThan``: any state at least as
   new as what the store holds, served from the watch cache on every supported version, never older
   than the store, so replace stays right; its continue pages carry their own snapshot. Streaming
@@ -313,6 +320,7 @@ class Informer:
         self.path = resource.path(namespace)
         self.synced = asyncio.Event()
         self.relists = 0
+        self.resumes = 0  # watches resumed after their connection failed, without a LIST
         # An optional kind (``served``): whether the API served it at the last LIST.
         self.gate = gate
         self.served = gate is None or gate.served()
@@ -369,22 +377,25 @@ class Informer:
         """LIST, then WATCH, forever; LIST again (replace) after any failure. Ends when cancelled;
         a later ``run`` of the same informer starts with a re-list against what it kept."""
         failures = 0
+        resume = False  # the last watch's connection failed: watch again from its last version
         while True:
             watch_started: float | None = None
             try:
-                if self._listed:
-                    self.relists += 1
-                self._listed = True
-                try:
-                    await self._list()
-                except ApiError as error:
-                    if self.gate is None or error.status != NOT_FOUND or self.gate.served():
-                        raise
-                    self._not_served()
-                    await self.gate.wait_served()
-                    continue
-                self.served = True
-                self.synced.set()
+                if not resume:
+                    if self._listed:
+                        self.relists += 1
+                    self._listed = True
+                    try:
+                        await self._list()
+                    except ApiError as error:
+                        if self.gate is None or error.status != NOT_FOUND or self.gate.served():
+                            raise
+                        self._not_served()
+                        await self.gate.wait_served()
+                        continue
+                    self.served = True
+                    self.synced.set()
+                resume = False
                 while True:
                     watch_started = self._clock()
                     await self._watch()
@@ -394,13 +405,18 @@ class Informer:
                 gone = isinstance(error, ApiError) and error.status == GONE
                 # A watch that failed otherwise leaves the store right as of its last version.
                 self._relist_from = self.resource_version if watch_started is not None and not gone else ""
+                # A watch whose connection failed (no answer in time, a reset, a stream gone
+                # silent) is resumed from that version: no LIST (see the module docstring).
+                resume = isinstance(error, NO_ANSWER) and bool(self._relist_from)
+                if resume:
+                    self.resumes += 1
                 if watch_started is not None and self._clock() - watch_started >= HEALTHY_WATCH_SECONDS:
                     failures = 0
                 failures += 1
                 delay = backoff_delay(failures)
                 if isinstance(error, ApiError) and error.retry_after is not None:
                     delay = max(delay, error.retry_after)  # the server said when to come back
-                self._log_failure(error, delay)
+                self._log_failure(error, delay, resume)
                 await self._sleep(delay)
 
     async def _list(self) -> None:
@@ -569,13 +585,14 @@ class Informer:
             except Exception:
                 log.exception("%s: a change handler failed", self.name)
 
-    def _log_failure(self, error: Exception, delay: float) -> None:
+    def _log_failure(self, error: Exception, delay: float, resume: bool) -> None:
+        then = "watching again from its last version" if resume else "listing again"
         if isinstance(error, ApiError) and error.status == GONE:
-            log.info("%s: %s; listing again in %.2fs", self.name, error, delay)
+            log.info("%s: %s; %s in %.2fs", self.name, error, then, delay)
         elif isinstance(error, (ApiError, *NO_ANSWER)):
-            log.warning("%s: %s: %s; listing again in %.2fs", self.name, type(error).__name__, error, delay)
+            log.warning("%s: %s: %s; %s in %.2fs", self.name, type(error).__name__, error, then, delay)
         else:
-            log.warning("%s: unexpected failure; listing again in %.2fs", self.name, delay, exc_info=error)
+            log.warning("%s: unexpected failure; %s in %.2fs", self.name, then, delay, exc_info=error)
 
 
 def _stub(key: Key) -> Obj:

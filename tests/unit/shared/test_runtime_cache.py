@@ -90,6 +90,11 @@ def connection_error() -> aiohttp.ClientConnectionError:
     return aiohttp.ClientConnectionError("connection refused")
 
 
+def server_error() -> ApiError:
+    """An answered failure of a watch: it re-lists (a connection failure resumes the watch)."""
+    return ApiError(500, "InternalError", "etcd leader changed")
+
+
 class ScriptedKube(Kube):
     """Just the two verbs an informer calls, answered from a script."""
 
@@ -505,7 +510,7 @@ async def test_first_list_pages_fills_the_store_and_syncs() -> None:
 async def test_relist_replaces(
     first: list[Obj], second: list[Obj], changes: list[tuple[str, str, str]]
 ) -> None:
-    kube = ScriptedKube(lists=[page(first, "10"), page(second, "20")], watches=[[connection_error()]])
+    kube = ScriptedKube(lists=[page(first, "10"), page(second, "20")], watches=[[server_error()]])
     informer, recorder, _ = informer_for(kube)
     await run_until_quiet(informer, kube)
     initial = [("added", o["metadata"]["name"], o["metadata"]["resourceVersion"]) for o in first]
@@ -532,7 +537,7 @@ async def test_relist_replaces(
 async def test_relist_replaces_through_a_fold(
     first: list[Obj], second: list[Obj], changes: list[tuple[str, str, str]], held: set[str]
 ) -> None:
-    kube = ScriptedKube(lists=[page(first, "10"), page(second, "20")], watches=[[connection_error()]])
+    kube = ScriptedKube(lists=[page(first, "10"), page(second, "20")], watches=[[server_error()]])
     fold = RvFold()
     informer, recorder, _ = informer_for(kube, fold=fold)
     await run_until_quiet(informer, kube)
@@ -548,7 +553,7 @@ async def test_a_fold_relist_deletes_what_it_held_and_was_not_listed_only() -> N
     (it keeps no set of every listed key); a key it took in by ``remember`` meanwhile stays."""
     first = page([cm("a", "1"), cm("b", "1")], "10")
     second = [page([cm("a", "1")], "20", token="t"), page([cm("c", "21")], "20")]
-    kube = ScriptedKube(lists=[first, *second], watches=[[connection_error()]])
+    kube = ScriptedKube(lists=[first, *second], watches=[[server_error()]])
     fold = RvFold()
     informer, recorder, _ = informer_for(kube, fold=fold)
     listed = kube.list
@@ -602,7 +607,7 @@ async def test_a_relist_failing_mid_paging_deletes_nothing() -> None:
             connection_error(),
             page([cm("a", "1")], "30"),
         ],
-        watches=[[connection_error()]],
+        watches=[[server_error()]],
     )
     informer, recorder, sleeps = informer_for(kube)
     sleeps.note = lambda: sum(1 for what, _, _ in recorder.changes if what == "deleted")
@@ -613,7 +618,7 @@ async def test_a_relist_failing_mid_paging_deletes_nothing() -> None:
 
 
 async def test_relist_keeps_what_we_wrote_after_the_list_snapshot() -> None:
-    kube = ScriptedKube(lists=[page([], "10"), page([], "20")], watches=[[connection_error()]])
+    kube = ScriptedKube(lists=[page([], "10"), page([], "20")], watches=[[server_error()]])
     informer, recorder, _ = informer_for(kube)
     # Remembered before the relist (our create answered at RV 25, newer than the relist's 20).
     informer.remember(cm("mine", "25"))
@@ -643,8 +648,7 @@ async def test_watch_delivers_added_modified_deleted() -> None:
     [
         pytest.param([ApiError(410, "Gone", "too old resource version")], id="status-410"),
         pytest.param([gone_event()], id="error-event-410"),
-        pytest.param([("ADDED", cm("a", "11")), connection_error()], id="connection-error"),
-        pytest.param([kr8s.APITimeoutError("idle watch")], id="read-timeout"),
+        pytest.param([("ADDED", cm("a", "11")), server_error()], id="answered-error"),
         pytest.param([ValueError("truncated line")], id="anything-else"),
         pytest.param([("ERROR", {"kind": "Status", "code": 500, "message": "boom"})], id="error-event-500"),
     ],
@@ -664,6 +668,43 @@ async def test_a_failed_watch_lists_again_and_delivers_what_vanished(
     assert ("deleted", "y", "1") in recorder.changes
     assert ("ns", "y") not in (informer.store or {})
     assert [c["resource_version"] for c in kube.watch_calls] == ["10", "20"]
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [
+        pytest.param(connection_error(), id="connection-error"),
+        pytest.param(kr8s.APITimeoutError("no data on the watch for 10s"), id="silent-watch"),
+        pytest.param(ConnectionResetError("reset by peer"), id="reset"),
+    ],
+)
+async def test_a_watch_whose_connection_failed_resumes_from_its_last_version_without_listing(
+    failure: BaseException,
+) -> None:
+    kube = ScriptedKube(
+        lists=[page([cm("x", "1")], "10")],
+        watches=[[("ADDED", cm("y", "11")), failure], [("DELETED", cm("x", "12"))]],
+    )
+    informer, recorder, sleeps = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert (informer.relists, informer.resumes) == (0, 1)
+    assert len(kube.list_calls) == 1
+    assert [c["resource_version"] for c in kube.watch_calls][:2] == ["10", "11"]
+    assert len(sleeps.delays) == 1  # the same backoff as before a LIST
+    assert recorder.changes == [("added", "x", "1"), ("added", "y", "11"), ("deleted", "x", "12")]
+
+
+async def test_a_resumed_watch_answered_410_lists_consistently() -> None:
+    kube = ScriptedKube(
+        lists=[page([cm("x", "1")], "10"), page([], "30")],
+        watches=[[bookmark("15"), connection_error()], [gone_event()]],
+    )
+    informer, recorder, _ = informer_for(kube)
+    await run_until_quiet(informer, kube)
+    assert [c["resource_version"] for c in kube.watch_calls][:3] == ["10", "15", "30"]
+    assert list_reads(kube) == [("", "", ""), ("", "", "")]  # after a 410: a consistent read
+    assert (informer.relists, informer.resumes) == (1, 1)
+    assert ("deleted", "x", "1") in recorder.changes
 
 
 async def test_a_normal_close_watches_again_from_the_last_version_without_listing() -> None:
@@ -871,8 +912,7 @@ def list_reads(kube: ScriptedKube) -> list[tuple[str, str, str]]:
 @pytest.mark.parametrize(
     ("failure", "relist"),
     [
-        pytest.param(connection_error(), ("", "15", NOT_OLDER_THAN), id="dead-connection-any-newer-state"),
-        pytest.param(kr8s.APITimeoutError("idle watch"), ("", "15", NOT_OLDER_THAN), id="idle-watch"),
+        pytest.param(server_error(), ("", "15", NOT_OLDER_THAN), id="answered-error-any-newer-state"),
         pytest.param(ApiError(410, "Gone", "too old"), ("", "", ""), id="410-consistent"),
         pytest.param(
             ("ERROR", {"kind": "Status", "code": 410, "reason": "Expired"}), ("", "", ""), id="410-event"
@@ -894,7 +934,7 @@ async def test_a_relist_after_a_watch_failure_reads_from_the_cache_unless_gone(
 async def test_only_the_first_page_names_a_version_and_a_failed_list_reads_consistently() -> None:
     kube = ScriptedKube(
         lists=[page([], "10"), page([cm("a", "1")], "20", token="t1"), connection_error(), page([], "30")],
-        watches=[[bookmark("15"), connection_error()]],
+        watches=[[bookmark("15"), server_error()]],
     )
     informer, _, _ = informer_for(kube)
     await run_until_quiet(informer, kube)
