@@ -1,9 +1,9 @@
 """A benchmark scenario on a local control plane of its own (``hack.devcluster.LocalControlPlane``).
 
 Decides: how a scenario that needs a fresh cluster runs (its coroutine given the cluster and the
-control plane's directory, where operator logs go), that a failure keeps that directory for a look
-(said with the scenario's name), and that a success removes it. Does not: fill the cluster, or share
-one control plane between scenarios.
+control plane's directory, where operator logs go; the API server's NodePort range when the scenario
+asks for one), that a failure keeps that directory for a look (said with the scenario's name), and
+that a success removes it. Does not: fill the cluster, or share one control plane between scenarios.
 """
 
 from __future__ import annotations
@@ -23,10 +23,12 @@ def on_own_control_plane(
     name: str,
     scenario: Callable[[ClusterInfo, Path], Coroutine[Any, Any, T]],
     say: Callable[[str], None],
+    node_port_range: str | None = None,
 ) -> T:
-    """Start a control plane, run ``scenario(cluster, its directory)`` to the end, stop it."""
+    """Start a control plane (its API server's ``--service-node-port-range`` ``node_port_range``,
+    Kubernetes' default when None), run ``scenario(cluster, its directory)`` to the end, stop it."""
     say(f"{name}: starting a local control plane of its own")
-    control_plane = LocalControlPlane()
+    control_plane = LocalControlPlane(node_port_range=node_port_range)
     with control_plane as cluster:
         say(f"{name}: control plane ready in {cluster.ready_seconds or 0:.1f}s")
         try:

@@ -1,7 +1,8 @@
 """The local control plane for tests, benchmarks and the demo: build it (once), start it, wait, stop it.
 
-Decides: where the control plane runs (a fresh temp dir per session, so runs never share state) and
-when it counts as up (devcluster writes ``ready`` after /readyz answers). Does not: fake any part of
+Decides: where the control plane runs (a fresh temp dir per session, so runs never share state),
+when it counts as up (devcluster writes ``ready`` after /readyz answers), and its API server's
+NodePort range (Kubernetes' default unless a caller asks for another). Does not: fake any part of
 Kubernetes. Set ``COZY_TEST_KUBECONFIG`` to run the suite against another cluster (kind, say)
 instead; the suite then creates and deletes its own namespaces and cluster-scoped test objects there.
 """
@@ -44,15 +45,19 @@ def build_controlplane() -> Path:
 class LocalControlPlane:
     """A context manager running ``devcluster`` until exit; stdin ties its life to ours."""
 
-    def __init__(self, bin_dir: Path | None = None) -> None:
+    def __init__(self, bin_dir: Path | None = None, node_port_range: str | None = None) -> None:
+        """``node_port_range`` ("first-last") is the API server's ``--service-node-port-range``;
+        None keeps Kubernetes' default (30000-32767)."""
         self.bin_dir = bin_dir or build_controlplane()
+        self.node_port_range = node_port_range
         self.dir = Path(tempfile.mkdtemp(prefix="devcluster-"))
         self.process: subprocess.Popen[bytes] | None = None
 
     def __enter__(self) -> ClusterInfo:
         log = (self.dir / "devcluster.log").open("wb")
+        ports = ["-service-node-port-range", self.node_port_range] if self.node_port_range else []
         self.process = subprocess.Popen(
-            [str(self.bin_dir / "devcluster"), "-dir", str(self.dir), "-exit-on-stdin-close"],
+            [str(self.bin_dir / "devcluster"), "-dir", str(self.dir), "-exit-on-stdin-close", *ports],
             stdin=subprocess.PIPE,
             stdout=log,
             stderr=subprocess.STDOUT,

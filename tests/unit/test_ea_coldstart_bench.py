@@ -1,5 +1,6 @@
 """The EndpointAttachment cold-start benchmark's pure parts: when a start has drained, what counts as a
-write, memory from /proc, the class's size, the baseline's lists, and the stand-in's bodies."""
+write, memory from /proc, the class's size, the NodePort range's ports, the baseline's lists, and the
+stand-in's bodies."""
 
 from __future__ import annotations
 
@@ -12,16 +13,18 @@ import pytest
 from bench.endpointattachment.apimetrics import RequestKey
 from bench.endpointattachment.coldstart import (
     ACTIVE,
+    COLD_ATTACHMENTS,
+    COLD_NODE_PORT_RANGE,
     CONTROLLER,
     DEPTH,
     LEADER,
-    NODE_PORTS,
     RECONCILES,
     ColdOptions,
     Samples,
     class_prefix,
     drained,
     memory,
+    node_ports,
     passes_by_result,
     run,
     writes,
@@ -179,6 +182,34 @@ def test_the_stand_in_hands_out_host_addresses_in_order() -> None:
     assert list(hosts(address_class)) == ["198.18.0.1", "198.18.0.2", "198.18.1.0", "198.18.1.1"]
 
 
+# (what, --service-node-port-range, its ports)
+NODE_PORTS: list[tuple[str, str, int]] = [
+    ("Kubernetes' default", "30000-32767", 2_768),
+    ("the bench's own", COLD_NODE_PORT_RANGE, 10_000),
+    ("one port", "30000-30000", 1),
+    ("up to the highest port", "30000-65535", 35_536),
+]
+
+
+@pytest.mark.parametrize(("what", "port_range", "expected"), NODE_PORTS, ids=[c[0] for c in NODE_PORTS])
+def test_node_ports(what: str, port_range: str, expected: int) -> None:
+    assert node_ports(port_range) == expected
+
+
+NOT_RANGES = ["", "30000", "30000+2768", "32767-30000", "0-10", "30000-65536", "a-b", "-1-5"]
+
+
+@pytest.mark.parametrize("port_range", NOT_RANGES)
+def test_node_ports_refuses_what_is_not_a_first_last_range(port_range: str) -> None:
+    with pytest.raises(ValueError, match="not a NodePort range"):
+        node_ports(port_range)
+
+
+def test_the_default_attachments_fit_the_bench_s_node_port_range() -> None:
+    assert node_ports(ColdOptions().node_port_range) >= COLD_ATTACHMENTS
+
+
 def test_more_attachments_than_health_check_node_ports_is_refused_before_any_cluster() -> None:
+    options = ColdOptions(attachments=11, node_port_range="30000-30009")
     with pytest.raises(ValueError, match="NodePorts"):
-        run(ColdOptions(attachments=NODE_PORTS + 1), lambda message: None)
+        run(options, lambda message: None)

@@ -3,7 +3,8 @@
 //
 // It decides: free ports, a fresh PKI (CA, serving certificate, admin and controller-manager client
 // certificates, service-account signing key), an embedded etcd, and the flags of kube-apiserver
-// (TLS, RBAC, TokenRequest) and kube-controller-manager (only the controllers the tests rely on:
+// (TLS, RBAC, TokenRequest, the NodePort range: Kubernetes' default unless -service-node-port-range
+// widens it) and kube-controller-manager (only the controllers the tests rely on:
 // garbage collector, namespace, endpoints, endpoint slices, resource quota, service accounts).
 //
 // It does not run a scheduler, a kubelet, kube-proxy or a load balancer: tests play those parts
@@ -52,11 +53,16 @@ var controllers = []string{
 // serviceCIDR only feeds the ClusterIP allocator: no traffic is ever routed to it.
 const serviceCIDR = "10.96.0.0/16"
 
+// defaultNodePortRange is kube-apiserver's own default --service-node-port-range; nothing listens on
+// a NodePort here (no kube-proxy), so a wider range costs only the allocator's bitmap.
+const defaultNodePortRange = "30000-32767"
+
 func main() {
 	dir := flag.String("dir", "", "state directory (PKI, etcd data, kubeconfig, logs)")
 	binDir := flag.String("bin", "", "directory holding kube-apiserver and kube-controller-manager (default: beside this binary)")
 	exitOnStdinClose := flag.Bool("exit-on-stdin-close", false, "stop when standard input reaches EOF (the parent went away)")
 	readyTimeout := flag.Duration("ready-timeout", 90*time.Second, "how long to wait for the API server to become ready")
+	nodePortRange := flag.String("service-node-port-range", defaultNodePortRange, "kube-apiserver's --service-node-port-range (each LoadBalancer Service with externalTrafficPolicy Local takes one)")
 	flag.Parse()
 	if *dir == "" {
 		log.Fatal("-dir is required")
@@ -68,12 +74,12 @@ func main() {
 		}
 		*binDir = filepath.Dir(self)
 	}
-	if err := run(*dir, *binDir, *exitOnStdinClose, *readyTimeout); err != nil {
+	if err := run(*dir, *binDir, *exitOnStdinClose, *readyTimeout, *nodePortRange); err != nil {
 		log.Fatalf("devcluster: %v", err)
 	}
 }
 
-func run(dir, binDir string, exitOnStdinClose bool, readyTimeout time.Duration) error {
+func run(dir, binDir string, exitOnStdinClose bool, readyTimeout time.Duration, nodePortRange string) error {
 	dir, err := filepath.Abs(dir)
 	if err != nil {
 		return err
@@ -117,6 +123,7 @@ func run(dir, binDir string, exitOnStdinClose bool, readyTimeout time.Duration) 
 		"--service-account-signing-key-file=" + p.path("sa.key"),
 		"--api-audiences=" + server,
 		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-node-port-range=" + nodePortRange,
 		"--allow-privileged=true",
 		// As hardened clusters (OpenShift, many managed offerings) run it: setting an owner
 		// reference with blockOwnerDeletion needs update on the owner's finalizers subresource.
