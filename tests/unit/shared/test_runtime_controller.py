@@ -323,3 +323,25 @@ async def test_workers_reconcile_what_was_woken_before_they_started() -> None:
         task.cancel()
     assert sorted(recorder.keys) == [("ns", "a"), ("ns", "b")]
     assert len(c.queue) == 0
+
+
+async def test_workers_give_the_loop_back_between_passes_that_send_nothing() -> None:
+    """Passes that never await anything (a settled world) must not starve the other tasks (the
+    lease renewal): each pass ends with the loop given back."""
+    recorder = Recorder(expect=50)
+    c = controller(recorder)
+    for n in range(50):
+        deliver(c, WIDGETS, None, obj(f"w{n}"))
+    passes_seen: list[int] = []
+
+    async def other_task() -> None:
+        while not recorder.reached.is_set():
+            passes_seen.append(len(recorder.keys))
+            await asyncio.sleep(0)
+
+    task = asyncio.create_task(c.run())
+    try:
+        await asyncio.wait_for(asyncio.gather(other_task(), recorder.reached.wait()), timeout=5)
+    finally:
+        task.cancel()
+    assert len(set(passes_seen)) > 10  # it ran between passes, not only before and after them
