@@ -374,27 +374,16 @@ class Informer:
     # --- the loop --------------------------------------------------------------------------------
 
     async def run(self) -> None:
-        """LIST, then WATCH, forever; LIST again (replace) after any failure. Ends when cancelled;
-        a later ``run`` of the same informer starts with a re-list against what it kept."""
+        """LIST, then WATCH, forever; after a failure, LIST again (replace), or only WATCH again
+        when the watch's connection failed (see the module docstring). Ends when cancelled; a later
+        ``run`` of the same informer starts with a re-list against what it kept."""
         failures = 0
         resume = False  # the last watch's connection failed: watch again from its last version
         while True:
             watch_started: float | None = None
             try:
-                if not resume:
-                    if self._listed:
-                        self.relists += 1
-                    self._listed = True
-                    try:
-                        await self._list()
-                    except ApiError as error:
-                        if self.gate is None or error.status != NOT_FOUND or self.gate.served():
-                            raise
-                        self._not_served()
-                        await self.gate.wait_served()
-                        continue
-                    self.served = True
-                    self.synced.set()
+                if not resume and not await self._list_and_sync():
+                    continue
                 resume = False
                 while True:
                     watch_started = self._clock()
@@ -418,6 +407,24 @@ class Informer:
                     delay = max(delay, error.retry_after)  # the server said when to come back
                 self._log_failure(error, delay, resume)
                 await self._sleep(delay)
+
+    async def _list_and_sync(self) -> bool:
+        """One LIST (replace), then synced. False when the kind is not served: the cache was
+        emptied and this waited until its CRD is established (list again then)."""
+        if self._listed:
+            self.relists += 1
+        self._listed = True
+        try:
+            await self._list()
+        except ApiError as error:
+            if self.gate is None or error.status != NOT_FOUND or self.gate.served():
+                raise
+            self._not_served()
+            await self.gate.wait_served()
+            return False
+        self.served = True
+        self.synced.set()
+        return True
 
     async def _list(self) -> None:
         """One complete LIST, applied with replace semantics; deletions only once it is complete.
