@@ -204,7 +204,7 @@ def free_port() -> int:
         return port
 
 
-def _die_with_parent() -> None:
+def die_with_parent() -> None:
     """In the child before exec: SIGKILL when the parent dies, so no MetalLB outlives its session."""
     with contextlib.suppress(OSError, AttributeError):
         ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
@@ -311,7 +311,7 @@ async def metallb(
             stdout=log,
             stderr=asyncio.subprocess.STDOUT,
             env=env,
-            preexec_fn=_die_with_parent,  # only prctl: takes no lock
+            preexec_fn=die_with_parent,  # only prctl: takes no lock
         )
     running = MetalLB(kube, process, log_path, port, namespace, lb_class)
     try:

@@ -58,6 +58,7 @@ from bench.endpointattachment.streams import (
 )
 from bench.procfs import cpu_seconds
 from hack.metallb import MetalLB, metallb
+from hack.substrate import pool_name
 from operators.endpointattachment.api import (
     API_VERSION,
     ATTACHMENT_KIND,
@@ -469,7 +470,7 @@ async def run(
     async with metallb(kube, kubeconfig, log_path.parent / "metallb.log") as balancer, substrate(kube):
         endpoints = await install_world(kube, options)
         for pool in (CLASS_NAME, BASELINE_CLASS):
-            await balancer.wait_for_pool(pool)
+            await balancer.wait_for_pool(pool_name(pool))
         say(f"attach: MetalLB up, the driver's pools {CLASS_NAME} and {BASELINE_CLASS} loaded")
         return await _run_with(options, kube, kubeconfig, endpoints, balancer, pids, log_path, say)
 
@@ -558,7 +559,7 @@ async def _measure(
     say("attach: deleting the baseline's Services; MetalLB releases their addresses")
     for name in ["base-warmup", *base.driven.created_at]:
         await kube.delete(SERVICES.path(NAMESPACE, name))
-    await balancer.wait_for_pool(BASELINE_CLASS, WARMUP_TIMEOUT, assigned=0)
+    await balancer.wait_for_pool(pool_name(BASELINE_CLASS), WARMUP_TIMEOUT, assigned=0)
 
     say(f"attach: {count:,} EndpointAttachments, {options.in_flight} in flight")
     before, served = await operator.scrape(), await api.requests()

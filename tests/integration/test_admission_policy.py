@@ -15,8 +15,10 @@ written as the operator writes one (``generateName`` from the attachment, its co
 reference, the substrate's claim annotation, the endpoint's selector and ports), with the operator's
 ServiceAccount's own credentials (the identity the policy exempts; bound here to a role granting only
 what that takes, not to config/rbac). The garbage collector and namespace controller of the real
-kube-controller-manager (running with --use-service-account-credentials) do the clean-up. Address
-fencing (which Service may ask for which address) is the substrate's, not a policy of ours.
+kube-controller-manager (running with --use-service-account-credentials) do the clean-up. The pin of
+a rendered Service (the load balancer's address annotation and the driver's marker) is the address
+substrate's MetalLB driver's alone: its ServiceAccount is the only identity that may change it.
+Fencing which address a tenant's own Service may ask for is the substrate's, not a policy of ours.
 """
 
 from __future__ import annotations
@@ -32,6 +34,7 @@ from typing import Any, Final
 import pytest
 
 from hack.devcluster import ClusterInfo
+from hack.substrate import driver_kubeconfig
 from shared.kube import ApiError, Kube, Obj
 from shared.lineage import TENANT_RESOURCE_LABEL
 from shared.resources import (
@@ -48,7 +51,7 @@ from shared.resources import (
 from tests.ea_builders import lineage_labels
 from tests.support.identity import serviceaccount_kubeconfig
 from tests.support.manifests import apply_all, load
-from tests.support.substrate import CLAIM_ANNOTATION, CLAIMS, METALLB_IPS_ANNOTATION
+from tests.support.substrate import CLAIM_ANNOTATION, CLAIMS, METALLB_IPS_ANNOTATION, PINNED_MARKER
 from tests.support.waiting import eventually, wait_for_object
 
 POLICY_DIR: Final = "config/admission/endpointattachment"
@@ -110,7 +113,7 @@ INTERNAL_SELECTOR: Final = {"app": "db", "role": "replica"}
 # A Service of the tenant's own, without any address (made by the platform, so both runs have it).
 PLAIN_SERVICE: Final = "plain"
 FIELD_MANAGER: Final = "tenant-probe"
-# An address the substrate's driver pins (the policy leaves pins to the substrate).
+# An address the substrate's driver pins (the policy lets only the driver pin).
 PINNED: Final = "198.51.100.77"
 
 
@@ -302,6 +305,12 @@ def rendered_body(attachment: Mapping[str, Any], claim: str = OWN_CLAIM) -> Obj:
     del body["metadata"]["name"]
     body["metadata"]["generateName"] = f"{name}-"
     return body
+
+
+async def driver_identity(kube: Kube, cluster: ClusterInfo, path: Path) -> Kube:
+    """A client authenticated as the substrate's MetalLB driver (the identity the policy exempts for
+    the pin; bound to cluster-admin, as ``hack/substrate.py`` runs it)."""
+    return await Kube.connect(await driver_kubeconfig(kube, cluster.kubeconfig, path))
 
 
 async def operator_identity(kube: Kube, cluster: ClusterInfo, path: Path) -> Kube:
@@ -571,6 +580,15 @@ PROBES: Final = (
         (CHANGES,),
     ),
     Probe(
+        "rendered-pin-only",
+        lambda w, t: t.client.patch(
+            _own(t),
+            {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: PINNED, PINNED_MARKER: "true"}}},
+            "merge",
+        ),
+        (CHANGES,),
+    ),
+    Probe(
         "rendered-strip-owner-reference-json-patch",
         lambda w, t: t.client.patch(_own(t), [{"op": "remove", "path": "/metadata/ownerReferences"}], "json"),
         (STRIPS,),
@@ -743,23 +761,37 @@ async def test_the_operator_renders_changes_and_deletes_under_the_policy(world: 
     )
 
 
-async def test_the_substrates_driver_pins_a_rendered_service(world: World) -> None:
-    """An update changing nothing but the load balancer's address annotation passes (the substrate's
-    driver pins the claim's addresses; fencing addresses is the substrate's), whoever writes it:
-    here an administrator, who is otherwise refused like anyone."""
+async def test_the_substrates_driver_pins_a_rendered_service(world: World, tmp_path: Path) -> None:
+    """The substrate's MetalLB driver pins a claim's address as the real one does: one plain Update
+    adding the load balancer's address annotation and its marker; it passes, and so does its unpin.
+    Nothing else of the driver's passes, and nobody else may pin: an administrator is refused like
+    anyone (a tenant's pin is a probe above)."""
     t = world.tenants[WITH_EDIT]
     path = _own(t)
-    pinned = await world.kube.patch(
-        path, {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: PINNED}}}, "merge"
+    driver = await driver_identity(world.kube, world.cluster, tmp_path / "driver.kubeconfig")
+    service = await world.kube.get(path)
+    assert service is not None
+    annotations = {
+        **service["metadata"]["annotations"],
+        METALLB_IPS_ANNOTATION: PINNED,
+        PINNED_MARKER: "true",
+    }
+    pinned = await driver.replace(
+        path, {**service, "metadata": {**service["metadata"], "annotations": annotations}}
     )
     assert pinned["metadata"]["annotations"][METALLB_IPS_ANNOTATION] == PINNED
-    unpinned = await world.kube.patch(
-        path, {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: None}}}, "merge"
+    unpinned = await driver.patch(
+        path, {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: None, PINNED_MARKER: None}}}, "merge"
     )
     assert METALLB_IPS_ANNOTATION not in (unpinned["metadata"].get("annotations") or {})
-    refused = await refusal(world.kube.patch(path, {"spec": {"externalIPs": ["203.0.113.9"]}}, "merge"))
-    assert refused is not None
-    assert CHANGES in str(refused), refused
+    for who, client, change in (
+        ("the driver", driver, {"spec": {"externalIPs": ["203.0.113.9"]}}),
+        ("the driver", driver, {"metadata": {"annotations": {CLAIM_ANNOTATION: "someone-elses-ip"}}}),
+        ("an administrator", world.kube, {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: PINNED}}}),
+    ):
+        refused = await refusal(client.patch(path, change, "merge"))
+        assert refused is not None, f"{who}: {change} accepted"
+        assert CHANGES in str(refused), refused
 
 
 async def test_tenants_ordinary_services_pass(world: World) -> None:

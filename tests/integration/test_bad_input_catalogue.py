@@ -63,10 +63,11 @@ from tests.catalogue.operated import CONDITION_PROVISIONED, REASON_PROVISIONED, 
 from tests.ea_builders import lineage_labels
 from tests.support.ea_cluster import NODE, ea_operator
 from tests.support.identity import serviceaccount_kubeconfig
+from tests.support.lane import address_substrate
 from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator, operator_process
-from tests.support.substrate import BOUND, REASON_BOUND, substrate
+from tests.support.substrate import BOUND, REASON_BOUND
 from tests.support.waiting import eventually, wait_for_object
 
 FIELD_MANAGER = "cozystack-catalogue"
@@ -355,7 +356,7 @@ class Harness:
         try:
             async with contextlib.AsyncExitStack() as stack:
                 await stack.enter_async_context(load_balancer(kube))
-                await stack.enter_async_context(substrate(kube))
+                await stack.enter_async_context(address_substrate(kube))
                 ea_running = await stack.enter_async_context(
                     ea_operator(
                         kube,

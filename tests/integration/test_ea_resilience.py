@@ -53,6 +53,7 @@ import pytest
 
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
+from hack.substrate import pool_name
 from shared.kube import NO_ANSWER, ApiError, Kube, Obj
 from shared.resources import HELMRELEASES, NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES
 from shared.runtime.cache import Key, key_of
@@ -290,7 +291,7 @@ async def create_load(kube: Kube, balancer: MetalLB) -> Load:
     await kube.create(CLASSES.path(), class_body(DEFAULT_CLASS, DEFAULT_CIDR, default=True))
     await kube.create(CLASSES.path(), class_body(RESERVED_CLASS, RESERVED_CIDR))
     for name in (DEFAULT_CLASS, RESERVED_CLASS):
-        await balancer.wait_for_pool(name)
+        await balancer.wait_for_pool(pool_name(name))
     spaces = [load_namespace(i) for i in range(NAMESPACE_COUNT)]
 
     def create(path: str, body: Obj) -> Callable[[], Awaitable[object]]:
@@ -709,7 +710,7 @@ async def test_deletions_while_cut_off_and_a_half_open_network(
     watch = Stopwatch()
     await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=ns)
     await kube.create(CLASSES.path(), class_body(FAULT_CLASS, FAULT_CIDR))
-    await world.balancer.wait_for_pool(FAULT_CLASS)
+    await world.balancer.wait_for_pool(pool_name(FAULT_CLASS))
     await kube.create(NAMESPACES.path(), namespace_body(doomed))
     for where, app in ((ns, "kept"), (ns, "lost"), (doomed, "gone")):
         endpoint = f"postgres-{app}-rw"
@@ -858,7 +859,7 @@ async def test_after_a_half_open_network_the_status_follows_within_the_bound(
     endpoint = f"postgres-{app}-rw"
     await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=ns)
     await kube.create(CLASSES.path(), class_body(STRAND_CLASS, STRAND_CIDR))
-    await world.balancer.wait_for_pool(STRAND_CLASS)
+    await world.balancer.wait_for_pool(pool_name(STRAND_CLASS))
     await kube.create(HELMRELEASES.path(ns), application_body(app))
     await kube.create(SERVICES.path(ns), endpoint_body(endpoint, app, selector={"app": app}))
     await kube.create(ATTACHMENTS.path(ns), attachment_body(app, endpoint, app=app, class_name=STRAND_CLASS))

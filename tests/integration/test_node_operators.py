@@ -38,6 +38,7 @@ import yaml
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
 from hack.metallb import MetalLB, metallb
+from hack.substrate import pool_name
 from operators.endpointattachment.api import ATTACHMENT_KIND, ATTACHMENTS, CLAIM_ANNOTATION, CLAIMS, CLASSES
 from operators.gpuclass import reasons
 from operators.gpuclass.api import GPUCLASSES
@@ -51,9 +52,10 @@ from shared.ownership import is_controlled_by
 from shared.resources import DEPLOYMENTS, HELMRELEASES, LEASES, NAMESPACES, PDBS, PODS, SERVICES
 from tests.support.following import follow
 from tests.support.image import build_image
+from tests.support.lane import address_substrate
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.node import NodeInfo, running_node
-from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER, substrate
+from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
 from tests.support.waiting import eventually, wait_for_object
 
 SHIPPED_IMAGE = "ghcr.io/cozystack/cozystack-operators"
@@ -344,13 +346,13 @@ async def addresses(
     installed: dict[str, Operator],
     tmp_path_factory: pytest.TempPathFactory,
 ) -> AsyncIterator[str]:
-    """MetalLB (a process beside the control plane) and the address substrate's model on this
+    """MetalLB (a process beside the control plane) and the address substrate (the lane's) on this
     module's control plane, a default class, and a tenant with a Postgres application ``db`` and its
     tenant-facing Service; yields the tenant's namespace."""
     # Not under pytest's basetemp: other pytest runs on this machine rotate those away.
     log = Path(tempfile.mkdtemp(prefix="node-metallb-")) / "metallb.log"
     lineage = ApplicationRef("apps.cozystack.io", "Postgres", APP).labels()
-    async with metallb(nkube, node_cluster.kubeconfig, log) as balancer, substrate(nkube):
+    async with metallb(nkube, node_cluster.kubeconfig, log) as balancer, address_substrate(nkube):
         global BALANCER
         BALANCER = balancer
         await nkube.create(
@@ -365,7 +367,7 @@ async def addresses(
                 "spec": {"provisioner": METALLB_PROVISIONER, "parameters": {"addresses": [ADDRESS_RANGE]}},
             },
         )
-        await balancer.wait_for_pool(ADDRESS_CLASS)
+        await balancer.wait_for_pool(pool_name(ADDRESS_CLASS))
         await nkube.create(
             HELMRELEASES.path(TENANT),
             {

@@ -22,6 +22,7 @@ from typing import Any, Final
 import pytest
 
 from hack.metallb import MetalLB
+from hack.substrate import pool_name
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import ENDPOINTS, NAMESPACES, SERVICES
 from tests.support.cozyproxy import DEFAULT_PROXY_NAME, PROXY_NAME_LABEL, cozy_proxy
@@ -79,7 +80,7 @@ async def _clean_up(kube: Kube) -> None:
         await kube.delete(CLASSES.path(name=name))
     for name in MODULE_CLASSES:
         await wait_for_object(
-            kube, POOLS, name, lambda p: p is None, namespace=METALLB_NAMESPACE, timeout=TIMEOUT
+            kube, POOLS, pool_name(name), lambda p: p is None, namespace=METALLB_NAMESPACE, timeout=TIMEOUT
         )
 
 
@@ -125,7 +126,7 @@ async def test_a_default_class_serves_a_claim_and_its_service(
 ) -> None:
     kube, _, balancer = world
     await kube.create(CLASSES.path(), address_class_body("public", ["192.0.2.0/28"], default=True))
-    await balancer.wait_for_pool("public")
+    await balancer.wait_for_pool(pool_name("public"))
 
     await kube.create(CLAIMS.path(NS), claim_body("c1"))
     claim = await bound(kube, "c1")
@@ -216,7 +217,7 @@ async def test_dual_binds_two_addresses(world: tuple[Kube, SubstrateModel, Metal
     await kube.create(
         CLASSES.path(), address_class_body("dual", ["2001:db8:100::/120", "192.0.2.16/28"], reclaim="Delete")
     )
-    await balancer.wait_for_pool("dual")
+    await balancer.wait_for_pool(pool_name("dual"))
     await kube.create(CLAIMS.path(NS), claim_body("d1", "dual", "Dual"))
     claim = await bound(kube, "d1", count=2)
     v4, v6 = claim["status"]["addresses"]

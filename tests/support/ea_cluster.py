@@ -24,7 +24,6 @@ does), or run the operator in-process.
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import ipaddress
 import re
@@ -40,6 +39,7 @@ from shared.kube import NO_ANSWER, Kube, Obj
 from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
 from tests.ea_builders import for_create, lineage_labels, load_balancer_spec, make_helmrelease
 from tests.support.identity import serviceaccount_kubeconfig
+from tests.support.lane import Substrate, address_substrate
 from tests.support.loadbalancer import load_balancer
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.operators import RunningOperator, operator_process
@@ -54,8 +54,6 @@ from tests.support.substrate import (
     METALLB_NAMESPACE,
     METALLB_PROVISIONER,
     RETAIN,
-    SubstrateModel,
-    substrate,
 )
 from tests.support.substrate import POOLS as POOLS
 from tests.support.waiting import eventually, wait_for_object
@@ -110,10 +108,11 @@ NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 
 @dataclass(frozen=True)
 class World:
-    """What the operator's tests stand on besides the control plane: MetalLB and the substrate model."""
+    """What the operator's tests stand on besides the control plane: MetalLB and the address
+    substrate (the real one or the model: ``tests/support/lane.py``)."""
 
     balancer: MetalLB
-    model: SubstrateModel
+    substrate: Substrate
 
 
 @contextlib.asynccontextmanager
@@ -129,12 +128,10 @@ async def ea_crds_and_node(kube: Kube, crd_files: Sequence[str] = CRD_FILES) -> 
 
 @contextlib.asynccontextmanager
 async def ea_world(kube: Kube) -> AsyncIterator[World]:
-    """The CRDs and the Node, the session's MetalLB, and the substrate model following the cluster
-    (its first pass done) for the duration: one per test module (two models would fight)."""
-    async with ea_crds_and_node(kube), load_balancer(kube) as balancer, substrate(kube) as model:
-        async with asyncio.timeout(ANSWER_TIMEOUT):
-            await model.synced.wait()
-        yield World(balancer, model)
+    """The CRDs and the Node, the session's MetalLB, and the lane's address substrate following the
+    cluster for the duration: one per test module (two substrates would fight)."""
+    async with ea_crds_and_node(kube), load_balancer(kube) as balancer, address_substrate(kube) as running:
+        yield World(balancer, running)
 
 
 async def operator_kubeconfig(kube: Kube, cluster: ClusterInfo, path: Path) -> str:
@@ -544,19 +541,22 @@ class Tenant:
         self.classes.append(name)
         if silent:
             assert self.world is not None, "a silent class needs MetalLB"
-            self.cluster_objects.append(POOLS.path(METALLB_NAMESPACE, name))
-            await self.kube.create(POOLS.path(METALLB_NAMESPACE), pool_body(name, cidrs, silent=True))
-            await self.world.balancer.wait_for_pool(name)
+            pool = Substrate.pool(name)
+            self.cluster_objects.append(POOLS.path(METALLB_NAMESPACE, pool))
+            await self.kube.create(POOLS.path(METALLB_NAMESPACE), pool_body(pool, cidrs, silent=True))
+            await self.world.balancer.wait_for_pool(pool)
         body = address_class_body(name, cidrs, reclaim=reclaim, default=default, provisioner=provisioner)
         created = await self.kube.create(CLASSES.path(), body)
         if self.world is not None and provisioner == METALLB_PROVISIONER and cidrs:
-            await self.world.balancer.wait_for_pool(name)
+            await self.world.balancer.wait_for_pool(Substrate.pool(name))
         return created
 
     async def answer(self, class_name: str) -> None:
         """MetalLB answers the Services of a silent class from now on (the restriction lifted)."""
         await self.kube.patch(
-            POOLS.path(METALLB_NAMESPACE, class_name), {"spec": {"serviceAllocation": None}}, "merge"
+            POOLS.path(METALLB_NAMESPACE, Substrate.pool(class_name)),
+            {"spec": {"serviceAllocation": None}},
+            "merge",
         )
 
     async def policy(self, name: str, rules: Sequence[Mapping[str, Any]], expression: str, said: str) -> None:
@@ -658,8 +658,19 @@ class Tenant:
             for name in self.classes:
                 await wait_for_object(
                     kube,
-                    POOLS,
+                    CLASSES,
                     name,
+                    lambda c: c is None,
+                    timeout=CLEANUP_TIMEOUT,
+                    what=f"class {name} gone",
+                )
+                # The real driver's pool goes with its class by garbage collection, which only learns
+                # of MetalLB's kinds at its next discovery (up to 30 s): delete it as the collector would.
+                await kube.delete(POOLS.path(METALLB_NAMESPACE, Substrate.pool(name)))
+                await wait_for_object(
+                    kube,
+                    POOLS,
+                    Substrate.pool(name),
                     lambda p: p is None,
                     namespace=METALLB_NAMESPACE,
                     timeout=CLEANUP_TIMEOUT,

@@ -1,4 +1,5 @@
-"""Run code as a ServiceAccount: a kubeconfig holding a token from the TokenRequest API.
+"""Run code as a ServiceAccount: a kubeconfig holding a token from the TokenRequest API
+(``hack/identity.py``), and the cluster's CA.
 
 The token is bound to the ServiceAccount (not a long-lived Secret), exactly what a Pod would mount,
 so a client built from this kubeconfig is authorised by RBAC as that Pod would be.
@@ -11,33 +12,7 @@ from pathlib import Path
 
 import yaml
 
-from shared.kube import Kube
-from shared.resources import SERVICE_ACCOUNTS
-
-
-async def serviceaccount_kubeconfig(
-    kube: Kube, admin_kubeconfig: str, namespace: str, name: str, path: Path, expiration_seconds: int = 3600
-) -> str:
-    """Write a kubeconfig for ``namespace/name`` at ``path`` and return the path."""
-    request = {
-        "apiVersion": "authentication.k8s.io/v1",
-        "kind": "TokenRequest",
-        "spec": {"expirationSeconds": expiration_seconds},
-    }
-    answer = await kube.create(SERVICE_ACCOUNTS.path(namespace, name) + "/token", request)
-    admin = yaml.safe_load(Path(admin_kubeconfig).read_text())
-    cluster = admin["clusters"][0]["cluster"]
-    config = {
-        "apiVersion": "v1",
-        "kind": "Config",
-        "clusters": [{"name": "c", "cluster": cluster}],
-        "users": [{"name": f"{namespace}-{name}", "user": {"token": answer["status"]["token"]}}],
-        "contexts": [{"name": "c", "context": {"cluster": "c", "user": f"{namespace}-{name}"}}],
-        "current-context": "c",
-    }
-    path.write_text(yaml.safe_dump(config))
-    path.chmod(0o600)
-    return str(path)
+from hack.identity import serviceaccount_kubeconfig as serviceaccount_kubeconfig
 
 
 def cluster_ca(kubeconfig: str) -> bytes:

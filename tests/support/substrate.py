@@ -6,59 +6,92 @@ means) is a platform component the EndpointAttachment operator consumes. Its con
 built here, so the tests run this model of their published contract, driven by watches of the real
 API and writing what the real controllers would write, through the real API.
 
+It answers as the real substrate was observed to answer on a real control plane over real MetalLB;
+where a rule below was not observed, it says so.
+
 Decides (the core):
 - a claim's class: ``spec.className``, else the one class annotated ``DEFAULT_CLASS_ANNOTATION:
   "true"`` (none: ``NoDefaultClass``; two or more: ``MultipleDefaultClasses``, never a guess; a named
   class missing: ``ClassNotFound``). Once resolved, ``status.className`` sticks: a later default or
   a deleted class never moves a claim (the ``ClassResolved`` condition still says whether that class
-  exists now).
+  exists now). ``ClassResolved`` True reads ``resolved to IPAddressClass "<class>"``, as observed;
+  the other conditions' messages are the model's own.
 - the provisioner stamp ``PROVISIONER_ANNOTATION: <class's spec.provisioner>`` on a claim once its
   class resolves, written as an **annotation**: the fixtures' README says only that the core
   "stamps" it, and the pattern it names (a PersistentVolumeClaim's
   ``volume.kubernetes.io/storage-provisioner``) stamps an annotation.
 - the finalizer ``CLAIM_PROTECTION_FINALIZER`` on every live claim, removed once its addresses are
-  reclaimed (it does not wait for a Service still naming the claim: the driver unpins that one).
-- binding: an ``IPAddress`` whose ``spec.claimRef`` names a live claim without a UID gets the claim's
-  UID (the core completes what the driver pre-set); its ``status.phase`` is ``Bound`` while that
-  claim lives, ``Available`` with no ``claimRef``. The claim's ``status.addresses`` lists ``{name,
-  address}`` for each address bound to it (IPv4 first); ``status.phase`` is ``Bound`` once every
-  family it asks for has one (``Dual``: two), ``Pending`` before, ``Lost`` (sticky) when an address
-  it had bound is gone. Conditions ``ClassResolved`` and ``Bound`` with the README's reasons (an
-  exhausted class is ``WaitingForProvisioning`` with a message saying so).
-- reclaim: a claim being deleted, or gone, leaves its ``Retain`` addresses ``Released`` (their
-  ``claimRef`` kept: never handed out again until a hoster clears it) and deletes its ``Delete``
-  addresses; then its finalizer goes.
+  reclaimed: the pass after the claim is marked deleted (it waits for no Service naming the claim).
+- matching: for each family a live ``Pending`` (or new) claim lacks, an ``Available`` address of its
+  resolved class and that family (any provisioner; in name order, none to two claims) gets
+  ``spec.claimRef {namespace, name, uid}``; in the same pass the claim counts it, so it goes
+  straight to ``Bound`` (no ``Pending`` written) and nothing is provisioned for that family.
+- binding: an ``IPAddress``'s ``status.phase`` is ``Bound`` while the claim its ``claimRef`` names
+  (by UID) lives, ``Available`` with no ``claimRef``, ``Released`` once that claim is being deleted
+  or gone (``Retain``). A ``claimRef`` without a UID naming a live claim gets the claim's UID (the
+  driver sets one itself; other writers are not observed). The claim's ``status.addresses`` lists
+  ``{name, address}`` for each address bound to it (IPv4 first); ``status.phase`` is ``Bound`` once
+  every family it asks for has one (``Dual``: two), ``Pending`` before (an exhausted class:
+  ``Bound`` False ``WaitingForProvisioning``, as observed), ``Lost`` (sticky; not observed) when an
+  address it had bound is gone.
+- reclaim: a claim being deleted leaves its ``Retain`` addresses ``Released`` (``claimRef`` kept:
+  never matched again until a hoster clears it, which makes the address ``Available``) and deletes
+  its ``Delete`` addresses; then its finalizer goes.
 
 Decides (the MetalLB driver, ``METALLB_PROVISIONER``; only classes naming it):
-- one MetalLB ``IPAddressPool`` (``autoAssign: false``) and one ``L2Advertisement`` per class, both
-  named after the class in MetalLB's namespace, labelled ``MANAGED_BY_LABEL`` (only those are ever
-  changed or deleted); the pool holds the class's ``spec.parameters.addresses`` (CIDRs).
-- provisioning, for a stamped ``Pending`` claim of its class, one address per missing family: the
-  first free host address of the class's CIDRs of that family (``ipaddress``'s ``hosts()``, in the
-  order the class lists them), by creating the ``IPAddress`` named from the IP (``address_name``:
-  IPv4 as written; IPv6 compressed with ``:`` spelt ``-``, e.g. ``2001-db8--1``, since an object
-  name cannot hold ``:``; the fixtures are silent on IPv6 names). The create is the lock: a 409
-  marks the name taken (``on_conflict``) and the next pass tries the next IP. The address carries
-  ``spec.claimRef {namespace, name}``, ``spec.address``, ``spec.className``, the class's
-  ``spec.reclaimPolicy`` and ``spec.source.fromClass: {}``.
+- one MetalLB ``IPAddressPool`` (``autoAssign: false``, ``avoidBuggyIPs: false``) and one
+  ``L2Advertisement`` per class, both named ``iad-<class>`` in MetalLB's namespace, labelled
+  ``MANAGED_BY_LABEL`` (the model's label: only those are ever changed or deleted); the pool holds
+  the class's ``spec.parameters.addresses`` (CIDRs).
+- names: an ``IPAddress`` is named ``address_name(ip)``: ``ip-`` and the IPv4 with ``-`` for ``.``
+  (observed: ``192.0.2.0`` is ``ip-192-0-2-0``). IPv6 is a guess (not observed): ``ip-`` and the
+  compressed form with ``-`` for ``:``, the exploded form when the compressed one ends in ``:``.
+- provisioning, for a stamped ``Pending`` claim of its class, one address per family it still lacks
+  after the core's matches: first the placeholder ``iad-<claim uid>-v4`` (``-v6``: a guess) in
+  ``PLACEHOLDER_NAMESPACE``, a selectorless single-stack LoadBalancer Service annotated
+  ``POOL_ANNOTATION: iad-<class>`` and ``METALLB_IPS_ANNOTATION: <ip>``, then the ``IPAddress`` of
+  that IP with ``spec.claimRef {namespace, name, uid}``, ``spec.address``, ``spec.className``, the
+  class's ``spec.reclaimPolicy`` and ``spec.source.fromClass: {}``. The IP is the first address of
+  the class's CIDRs of that family in the order listed, the network's own and the broadcast
+  address included (as MetalLB hands them out with ``avoidBuggyIPs: false``: a /30 holds four; the
+  IPv6 network's own address too, not observed), whose ``IPAddress`` name is not taken and that no
+  placeholder holds. The ``IPAddress`` create is the lock: a 409 marks the name taken
+  (``on_conflict``) and the next pass re-pins the claim's placeholder (an Update) to the next IP;
+  a placeholder already holding a free IP is kept and only the address is created.
+- placeholders: an address of the driver's that no Service uses stays held by the placeholder that
+  holds it (the provisioning one is never renamed, even once the claim is gone under ``Retain``),
+  else by a new ``iad-<IPAddress name>``. A placeholder holding an address that a Service now uses
+  is deleted, and one holding no address (gone, or deleted by the core in this plan) is deleted
+  unless provisioning uses it in this plan.
 - pinning: of the live Services in a Bound claim's namespace annotated ``CLAIM_ANNOTATION: <claim>``,
   ONE is the claim's: the one its addresses' ``status.associatedTo`` already names, else the oldest
-  (creation time, then name). That one gets ``METALLB_IPS_ANNOTATION`` (the claim's addresses,
-  comma-separated, IPv4 first) and each address ``status.associatedTo {kind: Service, namespace,
-  name}``, both in the same pass: the association is recorded when the pin is written, not after
-  MetalLB assigns it, so two Services can never be pinned to one address in between. Every other
-  Service naming the claim (a second one while the first lives, or any while the claim is not
-  Bound) gets no pin: the driver removes ``METALLB_IPS_ANNOTATION`` from it. When the claim's
-  Service goes, drops the annotation or names another claim, ``associatedTo`` is cleared (and a
-  pin the driver wrote on a Service that stayed is removed); the next Service naming the claim, if
-  any, becomes its Service.
+  (creation time, then name). In this order, as observed: each address's ``status.associatedTo
+  {kind: Service, namespace, name}``, then the delete of every placeholder holding it, then ONE plain
+  Update (``Write`` verb ``update``: the whole cached Service behind its resourceVersion) adding
+  ``METALLB_IPS_ANNOTATION`` (comma-separated, IPv4 first, for ``Dual``: not observed) and
+  ``PINNED_MARKER: "true"``. Nothing is written to a second Service naming the claim while the
+  first lives. Any Service naming a claim that is not its claim's Service loses a pin or marker it
+  carries (observed only for the Service of a claim gone under ``Delete``; a Service holding a
+  ``Released`` address keeps its pin, below). When the
+  claim's Service goes, ``associatedTo`` is cleared and ``iad-<IPAddress name>`` re-holds the
+  address; a later Service naming the claim gets the same address. If another Service names the
+  claim then, it becomes the claim's in the same plan (association, pin): the model skips the
+  ``iad-<IPAddress name>`` placeholder the real driver creates and deletes in between. A Service
+  that drops the annotation or names another claim is treated as gone, and the pin the driver
+  wrote on it removed (not observed).
+- ``Released`` (``Retain``) addresses: from the pass the claim is marked deleted, ``associatedTo``
+  stays on the live Service it names, which keeps its pin and address; once that Service goes,
+  ``associatedTo`` is cleared and ``iad-<IPAddress name>`` re-holds it. (Not observed: when that
+  Service is meanwhile a live claim's, a claim of the same name created again, that claim wins and
+  the Released address is re-held.) A ``Delete`` address goes with its placeholders, and the
+  Service that used it loses both annotations.
 
 Does not: write a Service's status (real MetalLB assigns the pinned address to
-``status.loadBalancer.ingress``); model ``spec.addressName`` pre-binding, static (``providerRef``)
-addresses, the ``Conflict`` phase, the address finalizers (addresses are deleted outright), the
-real driver's selectorless placeholder Service that keeps a Released or unassociated address in
-MetalLB's books, or the substrate's own admission. A hoster clearing ``claimRef`` makes an address
-``Available``, but the driver never hands an existing address out again (it only creates new ones).
+``status.loadBalancer.ingress``); let MetalLB choose an IP (the real driver creates its placeholder
+unpinned and pins it once an IP is chosen; the model chooses and creates it pinned, and knows of no
+IP held in MetalLB's books but by its own placeholders); model the address finalizers (addresses
+are deleted outright), ``spec.addressName`` pre-binding, static (``providerRef``) addresses, the
+``Conflict`` phase, or the substrate's own admission.
 
 Shape (as ``tests/support/cozyproxy.py``): ``on_event`` feeds a watch event into the caches,
 ``plan(now)`` is pure and returns the writes both controllers would make (``Write``, data), and
@@ -77,6 +110,7 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
+from hack.substrate import PLACEHOLDER_NAMESPACE, pool_name
 from shared.conditions import FALSE, TRUE, Condition, render, rfc3339, same_condition
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import SERVICES, Resource
@@ -99,6 +133,13 @@ CLAIM_PROTECTION_FINALIZER: Final = "local.sdn.cozystack.io/claim-protection"
 CLAIM_ANNOTATION: Final = "local.sdn.cozystack.io/ip-address-claim"
 # MetalLB's own annotation naming the addresses a Service must get (comma-separated for two families).
 METALLB_IPS_ANNOTATION: Final = "metallb.io/loadBalancerIPs"
+# MetalLB's annotation naming the pool a Service's address comes from (on the driver's placeholders).
+POOL_ANNOTATION: Final = "metallb.io/address-pool"
+# The driver's placeholders are named with this prefix, after the address (or the claim's UID).
+PLACEHOLDER_PREFIX: Final = "iad-"
+PLACEHOLDER_PORT: Final = 1
+# The driver's marker, written with the pin in the same Update.
+PINNED_MARKER: Final = "metallb.drivers.local.sdn.cozystack.io/pinned"
 # The MetalLB driver's published provisioner name: classes naming it are the driver's.
 METALLB_PROVISIONER: Final = "metallb.drivers.local.sdn.cozystack.io"
 # The MetalLB objects the driver rendered carry this label; it never touches one without it.
@@ -139,12 +180,13 @@ RETRY_SECONDS: Final = 0.5
 MAX_PASSES: Final = 20
 
 Key = tuple[str, str]
-Verb = Literal["create", "patch", "status", "apply", "delete"]
+Verb = Literal["create", "patch", "update", "status", "apply", "delete"]
 
 
 @dataclass(frozen=True)
 class Write:
-    """One request the substrate's controllers would send (``patch``/``status``: a merge patch)."""
+    """One request the substrate's controllers would send (``patch``/``status``: a merge patch;
+    ``update``: a plain Update of the whole object, behind its resourceVersion)."""
 
     verb: Verb
     resource: Resource
@@ -187,15 +229,20 @@ def _older(new: Mapping[str, Any], cached: Mapping[str, Any] | None) -> bool:
 
 
 def address_name(ip: str) -> str:
-    """The ``IPAddress`` name for an IP: IPv4 as written, IPv6 compressed with ``-`` for ``:`` (the
-    exploded form when the compressed one would start or end with ``-``, e.g. ``::1``)."""
+    """The ``IPAddress`` name for an IP, as the driver names it: ``ip-`` and the IP with ``-`` for
+    ``.`` (IPv4) or ``:`` (IPv6, compressed; exploded when the compressed form would end in ``-``)."""
     parsed = ipaddress.ip_address(ip)
     if parsed.version == 4:
-        return str(parsed)
+        return "ip-" + str(parsed).replace(".", "-")
     text = parsed.compressed
-    if text.startswith(":") or text.endswith(":"):
+    if text.endswith(":"):
         text = parsed.exploded
-    return text.replace(":", "-")
+    return "ip-" + text.replace(":", "-")
+
+
+def _pinned(service: Mapping[str, Any]) -> list[str]:
+    """The IPs a Service's ``METALLB_IPS_ANNOTATION`` names."""
+    return [ip for ip in (_annotations(service).get(METALLB_IPS_ANNOTATION) or "").split(",") if ip]
 
 
 def _family(ip: str) -> int:
@@ -216,6 +263,11 @@ def class_cidrs(address_class: Mapping[str, Any]) -> list[ipaddress.IPv4Network 
     return networks
 
 
+def gone_obj(write: Write) -> Obj:
+    """What a watch's DELETED event of the written object carries, for the caches."""
+    return {"metadata": {"name": write.name, "namespace": write.namespace}}
+
+
 @dataclass(frozen=True)
 class Resolution:
     """Which class a claim resolved to (None: unresolved, ``reason`` says why)."""
@@ -225,18 +277,23 @@ class Resolution:
     message: str
 
 
+def resolved_message(class_name: str) -> str:
+    """``ClassResolved``'s message once resolved, as the real core writes it (named or default)."""
+    return f'resolved to IPAddressClass "{class_name}"'
+
+
 def resolve_class(claim: Mapping[str, Any], classes: Mapping[str, Obj]) -> Resolution:
     """The core's class resolution (see the module docstring): pure."""
     status = claim.get("status") or {}
     stuck = status.get("className")
     if stuck:
         if stuck in classes:
-            return Resolution(str(stuck), REASON_RESOLVED, f"class {stuck}")
+            return Resolution(str(stuck), REASON_RESOLVED, resolved_message(str(stuck)))
         return Resolution(str(stuck), REASON_CLASS_NOT_FOUND, f"class {stuck} (resolved earlier) is gone")
     named = (claim.get("spec") or {}).get("className")
     if named:
         if named in classes and not _deleting(classes[named]):
-            return Resolution(str(named), REASON_RESOLVED, f"class {named}")
+            return Resolution(str(named), REASON_RESOLVED, resolved_message(str(named)))
         return Resolution(None, REASON_CLASS_NOT_FOUND, f"no IPAddressClass named {named}")
     defaults = sorted(
         name
@@ -251,7 +308,7 @@ def resolve_class(claim: Mapping[str, Any], classes: Mapping[str, Obj]) -> Resol
         return Resolution(
             None, REASON_MULTIPLE_DEFAULT_CLASSES, f"more than one default class: {', '.join(defaults)}"
         )
-    return Resolution(defaults[0], REASON_RESOLVED, f"class {defaults[0]} (the default)")
+    return Resolution(defaults[0], REASON_RESOLVED, resolved_message(defaults[0]))
 
 
 @dataclass
@@ -260,6 +317,7 @@ class SubstrateModel:
 
     provisioner: str = METALLB_PROVISIONER
     metallb_namespace: str = METALLB_NAMESPACE
+    placeholder_namespace: str = PLACEHOLDER_NAMESPACE
     # Whether MetalLB serves L2Advertisement (the integration test renders it; unit tests may not).
     l2_advertisements: bool = True
     classes: dict[str, Obj] = field(default_factory=dict)
@@ -276,6 +334,8 @@ class SubstrateModel:
         self.synced = asyncio.Event()
         self._by_claim: dict[Key, list[Obj]] = {}  # claimRef (namespace, name) -> addresses, per plan
         self._by_claim_name: dict[Key, list[Obj]] = {}  # (namespace, claim) -> Services naming it
+        self._held: dict[str, list[Key]] = {}  # IP -> the driver's placeholders holding it, per plan
+        self._provisioning: set[Key] = set()  # placeholders provisioning uses in this plan
 
     # --- events ----------------------------------------------------------------------------------
 
@@ -319,9 +379,10 @@ class SubstrateModel:
         no clock (``now`` stamps a condition that flips); it only refreshes the model's indexes."""
         self._index()
         notes: dict[Key, str] = {}
-        writes = [*self._plan_pools(), *self._plan_provisioning(notes)]
+        matched = self._match_available()
+        writes = [*self._plan_pools(), *self._plan_matches(matched), *self._plan_provisioning(notes, matched)]
         writes += self._plan_addresses()
-        writes += self._plan_claims(now, notes)
+        writes += self._plan_claims(now, notes, matched)
         writes += self._plan_services()
         return writes
 
@@ -344,6 +405,8 @@ class SubstrateModel:
             claim_name = _annotations(service).get(CLAIM_ANNOTATION)
             if claim_name and not _deleting(service):
                 self._by_claim_name.setdefault((_key(service)[0], claim_name), []).append(service)
+        self._held = self._placeholders()
+        self._provisioning = set()
 
     def _bound_to(self, claim: Mapping[str, Any]) -> list[Obj]:
         """The addresses whose claimRef names this claim (its UID, or none yet), IPv4 first."""
@@ -364,23 +427,24 @@ class SubstrateModel:
             cidrs = [str(n) for n in class_cidrs(address_class)]
             if not cidrs:
                 continue
+            pool = pool_name(name)
             metadata = {
-                "name": name,
+                "name": pool,
                 "namespace": self.metallb_namespace,
                 "labels": {MANAGED_BY_LABEL: MANAGED_BY},
             }
-            wanted[(POOLS.plural, name)] = {
+            wanted[(POOLS.plural, pool)] = {
                 "apiVersion": POOLS.api_version,
                 "kind": "IPAddressPool",
                 "metadata": metadata,
                 "spec": {"addresses": cidrs, "autoAssign": False, "avoidBuggyIPs": False},
             }
             if self.l2_advertisements:
-                wanted[(L2_ADVERTISEMENTS.plural, name)] = {
+                wanted[(L2_ADVERTISEMENTS.plural, pool)] = {
                     "apiVersion": L2_ADVERTISEMENTS.api_version,
                     "kind": "L2Advertisement",
                     "metadata": metadata,
-                    "spec": {"ipAddressPools": [name]},
+                    "spec": {"ipAddressPools": [pool]},
                 }
         resources = {POOLS.plural: POOLS, L2_ADVERTISEMENTS.plural: L2_ADVERTISEMENTS}
         for (plural, name), obj in wanted.items():
@@ -407,21 +471,27 @@ class SubstrateModel:
     # The driver: provisioning.
 
     def _free_ip(self, address_class: Mapping[str, Any], version: int, used: set[str]) -> str | None:
-        """The first host address of the class's CIDRs of ``version`` whose name is not in ``used``."""
+        """The first address of the class's CIDRs of ``version`` (the network's own address too, as
+        MetalLB hands it out) whose name is not in ``used``."""
         for network in class_cidrs(address_class):
             if network.version != version:
                 continue
-            for host in network.hosts():
+            for host in network:
                 if address_name(str(host)) not in used:
                     return str(host)
         return None
 
-    def _plan_provisioning(self, notes: dict[Key, str]) -> list[Write]:
+    def _plan_provisioning(self, notes: dict[Key, str], matched: Mapping[Key, list[str]]) -> list[Write]:
+        """For each family a stamped ``Pending`` claim of the driver's still lacks (after the core's
+        matches in this plan): its placeholder ``iad-<claim uid>-v<family>`` holding a free IP, then
+        the address of that IP."""
         writes: list[Write] = []
         mine = self._driver_classes()
         # The names taken, and those this plan creates: two claims pending at once get two addresses
         # (the same free IP planned twice would be one create and one 409 for every other claim).
         used = self.taken | set(self.addresses)
+        # An IP a placeholder holds is in MetalLB's books: never handed out to another claim.
+        busy = {address_name(ip) for ip in self._held}
         for key, claim in sorted(self.claims.items()):
             status = claim.get("status") or {}
             class_name = status.get("className")
@@ -435,17 +505,31 @@ class SubstrateModel:
             address_class = mine[str(class_name)]
             family = (claim.get("spec") or {}).get("family") or IPV4
             have = {_family(a["spec"]["address"]) for a in self._bound_to(claim)}
+            have |= {_family(self.addresses[name]["spec"]["address"]) for name in matched.get(key, [])}
             for version in FAMILIES.get(family, (4,)):
                 if version in have:
                     continue
-                ip = self._free_ip(address_class, version, used)
-                if ip is None:
-                    notes[key] = f"class {class_name} has no free IPv{version} address"
-                    continue
+                placeholder = (
+                    self.placeholder_namespace,
+                    f"{PLACEHOLDER_PREFIX}{_meta(claim).get('uid')}-v{version}",
+                )
+                ip = self._holding(placeholder)
+                if ip is None or address_name(ip) in used:
+                    # (else the placeholder holds a free IP already: only the address is missing)
+                    ip = self._free_ip(address_class, version, used | busy)
+                    if ip is None:
+                        notes[key] = f"class {class_name} has no free IPv{version} address"
+                        continue
+                    if placeholder in self.services:  # its IP was taken meanwhile: it holds the next
+                        writes.append(self._annotate(placeholder, {METALLB_IPS_ANNOTATION: ip}, f"hold {ip}"))
+                    else:
+                        writes.append(self._placeholder(placeholder[1], ip, str(class_name)))
+                self._provisioning.add(placeholder)
+                used.add(address_name(ip))
                 spec = {
                     "address": ip,
                     "className": class_name,
-                    "claimRef": {"namespace": key[0], "name": key[1]},
+                    "claimRef": {"namespace": key[0], "name": key[1], "uid": _meta(claim).get("uid")},
                     "reclaimPolicy": (address_class.get("spec") or {}).get("reclaimPolicy") or RETAIN,
                     "source": {"fromClass": {}},
                 }
@@ -455,9 +539,65 @@ class SubstrateModel:
                     "metadata": {"name": address_name(ip)},
                     "spec": spec,
                 }
-                used.add(address_name(ip))
                 writes.append(Write("create", ADDRESSES, address_name(ip), None, body, f"provision {key[1]}"))
         return writes
+
+    def _holding(self, key: Key) -> str | None:
+        """The IP a live placeholder holds (None: no such placeholder, or it holds none)."""
+        service = self.services.get(key)
+        if service is None or _deleting(service):
+            return None
+        return (_annotations(service).get(METALLB_IPS_ANNOTATION) or "").split(",")[0] or None
+
+    # The core: matching Available addresses.
+
+    def _match_available(self) -> dict[Key, list[str]]:
+        """The ``Available`` addresses the core binds now: for each family a live ``Pending`` claim
+        still lacks, one of its resolved class (any provisioner), in name order, none twice."""
+        matched: dict[Key, list[str]] = {}
+        taken: set[str] = set()
+        for key, claim in sorted(self.claims.items()):
+            if _deleting(claim) or ((claim.get("status") or {}).get("phase") or PENDING) != PENDING:
+                continue
+            resolution = resolve_class(claim, self.classes)
+            if resolution.reason != REASON_RESOLVED or resolution.class_name is None:
+                continue
+            family = (claim.get("spec") or {}).get("family") or IPV4
+            have = {_family(a["spec"]["address"]) for a in self._bound_to(claim)}
+            for version in FAMILIES.get(family, (4,)):
+                available = (
+                    None if version in have else self._available(resolution.class_name, version, taken)
+                )
+                if available is not None:
+                    taken.add(available)
+                    matched.setdefault(key, []).append(available)
+        return matched
+
+    def _plan_matches(self, matched: Mapping[Key, list[str]]) -> list[Write]:
+        """The core sets each matched address's ``claimRef``, the claim's UID with it."""
+        writes: list[Write] = []
+        for key, names in sorted(matched.items()):
+            ref = {"namespace": key[0], "name": key[1], "uid": _meta(self.claims[key]).get("uid")}
+            for name in names:
+                writes.append(
+                    Write("patch", ADDRESSES, name, None, {"spec": {"claimRef": ref}}, f"match {key[1]}")
+                )
+        return writes
+
+    def _available(self, class_name: str, version: int, matched: set[str]) -> str | None:
+        """An ``Available`` address of the class and family not matched in this plan (by name)."""
+        for name, address in sorted(self.addresses.items()):
+            spec = address.get("spec") or {}
+            if (
+                name not in matched
+                and not spec.get("claimRef")
+                and not _deleting(address)
+                and spec.get("className") == class_name
+                and (address.get("status") or {}).get("phase") == AVAILABLE
+                and _family(str(spec.get("address"))) == version
+            ):
+                return name
+        return None
 
     # The core: addresses.
 
@@ -471,34 +611,34 @@ class SubstrateModel:
             return None
         return claim
 
+    def _phase(self, address: Mapping[str, Any]) -> str | None:
+        """The phase the core gives the address now (None: it deletes it, its claim gone under
+        ``Delete``): ``Available`` without ``claimRef``, ``Bound`` while its claim lives,
+        ``Released`` once that claim is being deleted or gone (``Retain``)."""
+        spec = address.get("spec") or {}
+        if not spec.get("claimRef"):
+            return AVAILABLE
+        claim = self._claim_of(address)
+        if claim is not None and not _deleting(claim):
+            return BOUND
+        return None if (spec.get("reclaimPolicy") or RETAIN) == DELETE else RELEASED
+
     def _plan_addresses(self) -> list[Write]:
         writes: list[Write] = []
         for name, address in sorted(self.addresses.items()):
-            spec, status = address.get("spec") or {}, address.get("status") or {}
-            ref = spec.get("claimRef") or {}
+            ref = (address.get("spec") or {}).get("claimRef") or {}
+            wanted = self._phase(address)
             claim = self._claim_of(address)
-            if not ref:
-                wanted = AVAILABLE
-            elif claim is not None and not _deleting(claim):
-                if not ref.get("uid"):
-                    writes.append(
-                        Write(
-                            "patch",
-                            ADDRESSES,
-                            name,
-                            body={"spec": {"claimRef": {"uid": _meta(claim)["uid"]}}},
-                            why=f"bind to {ref.get('name')}",
-                        )
-                    )
-                wanted = BOUND
-            elif (spec.get("reclaimPolicy") or RETAIN) == DELETE:
+            if wanted == BOUND and claim is not None and not ref.get("uid"):
+                # A claimRef without a UID (not the driver's: it sets one) is completed.
+                body = {"spec": {"claimRef": {"uid": _meta(claim)["uid"]}}}
+                writes.append(Write("patch", ADDRESSES, name, body=body, why=f"bind to {ref.get('name')}"))
+            if wanted is None:
                 writes.append(
                     Write("delete", ADDRESSES, name, why=f"reclaim (Delete) from {ref.get('name')}")
                 )
                 continue
-            else:
-                wanted = RELEASED
-            if status.get("phase") != wanted:
+            if (address.get("status") or {}).get("phase") != wanted:
                 writes.append(
                     Write("status", ADDRESSES, name, body={"status": {"phase": wanted}}, why=wanted)
                 )
@@ -506,7 +646,9 @@ class SubstrateModel:
 
     # The core: claims.
 
-    def _plan_claims(self, now: str, notes: Mapping[Key, str]) -> list[Write]:
+    def _plan_claims(
+        self, now: str, notes: Mapping[Key, str], matched: Mapping[Key, list[str]]
+    ) -> list[Write]:
         writes: list[Write] = []
         for key, claim in sorted(self.claims.items()):
             metadata = _meta(claim)
@@ -528,7 +670,8 @@ class SubstrateModel:
                 meta_patch["annotations"] = {PROVISIONER_ANNOTATION: provisioner}
             if meta_patch:
                 writes.append(self._claim_patch(claim, meta_patch, "finalizer and stamp"))
-            status_write = self._claim_status(claim, resolution, now, notes.get(key))
+            bound = [self.addresses[name] for name in matched.get(key, [])]
+            status_write = self._claim_status(claim, resolution, now, notes.get(key), bound)
             if status_write is not None:
                 writes.append(status_write)
         return writes
@@ -539,10 +682,15 @@ class SubstrateModel:
         body = {"metadata": {**metadata, "resourceVersion": _meta(claim).get("resourceVersion")}}
         return Write("patch", CLAIMS, name, namespace, body, why)
 
-    def _claim_status(self, claim: Obj, resolution: Resolution, now: str, note: str | None) -> Write | None:
+    def _claim_status(
+        self, claim: Obj, resolution: Resolution, now: str, note: str | None, matched: Sequence[Obj]
+    ) -> Write | None:
+        """The claim's status; ``matched``: the Available addresses the core binds to it in this plan
+        (so such a claim goes straight to ``Bound``, never ``Pending``)."""
         stored = claim.get("status") or {}
         family = (claim.get("spec") or {}).get("family") or IPV4
         bound = [a for a in self._bound_to(claim) if (a.get("spec") or {}).get("claimRef", {}).get("uid")]
+        bound += matched
         entries = sorted(
             ({"name": _key(a)[1], "address": str(a["spec"]["address"])} for a in bound),
             key=_address_sort_key,
@@ -614,7 +762,7 @@ class SubstrateModel:
         return _key(oldest)
 
     def _plan_services(self) -> list[Write]:
-        writes: list[Write] = []
+        """Associations first, then the placeholders they free, then the pins: the driver's order."""
         mine = self._driver_classes()
         pins: dict[Key, str] = {}  # Service -> the pin it must carry
         associations: dict[str, Key | None] = {}  # address -> the Service it is associated to
@@ -631,36 +779,61 @@ class SubstrateModel:
             pins[winner] = ",".join(str(a["spec"]["address"]) for a in holders)
             for address in holders:
                 associations[_key(address)[1]] = winner
+        self._keep_released(mine, pins, associations)
+        pin_writes: list[Write] = []
         for key, service in sorted(self.services.items()):
             annotations = _annotations(service)
             pinned = annotations.get(METALLB_IPS_ANNOTATION)
             wanted = pins.get(key)
-            if wanted is not None and pinned != wanted:
-                writes.append(self._pin(key, wanted, "pin the claim's addresses"))
-            elif wanted is None and CLAIM_ANNOTATION in annotations and pinned is not None:
-                writes.append(self._pin(key, None, "not the claim's Service: no pin"))
-        unpinned: set[Key] = set()
+            marked = annotations.get(PINNED_MARKER) == "true"
+            if wanted is not None and (pinned != wanted or not marked):
+                pin_writes.append(self._pin(key, wanted, "pin the claim's addresses"))
+            elif wanted is None and CLAIM_ANNOTATION in annotations and (pinned is not None or marked):
+                pin_writes.append(self._pin(key, None, "not the claim's Service: no pin"))
+        associate, unpin = self._plan_associations(mine, pins, associations)
+        return [*associate, *self._plan_placeholders(mine, associations), *pin_writes, *unpin]
+
+    def _keep_released(
+        self, mine: Mapping[str, Obj], pins: dict[Key, str], associations: dict[str, Key | None]
+    ) -> None:
+        """A Released address (its claim being deleted or gone under Retain) stays associated to the
+        live Service it was, which keeps its pin: the driver only reports the claim missing. (Unless
+        that Service is now a live claim's: that claim's decision wins, not observed.)"""
         for name, address in sorted(self.addresses.items()):
-            if (address.get("spec") or {}).get("className") not in mine:
+            if (address.get("spec") or {}).get("className") not in mine or name in associations:
                 continue
+            to = (address.get("status") or {}).get("associatedTo") or {}
+            current = (str(to.get("namespace")), str(to.get("name")))
+            service = self.services.get(current) if to.get("kind") == "Service" else None
+            if self._phase(address) == RELEASED and service is not None and current not in pins:
+                associations[name] = current
+                pinned = _annotations(service).get(METALLB_IPS_ANNOTATION)
+                pins[current] = pinned or str(address["spec"]["address"])
+
+    def _plan_associations(
+        self, mine: Mapping[str, Obj], pins: Mapping[Key, str], associations: Mapping[str, Key | None]
+    ) -> tuple[list[Write], list[Write]]:
+        """Each address's ``associatedTo`` as decided, and the unpin of a Service that left its claim."""
+        writes: list[Write] = []
+        unpins: dict[Key, Write] = {}
+        for name, address in sorted(self.addresses.items()):
+            if (address.get("spec") or {}).get("className") not in mine or self._phase(address) is None:
+                continue  # (an address the core deletes in this plan is written no more)
             to = (address.get("status") or {}).get("associatedTo") or {}
             current = (str(to.get("namespace")), str(to.get("name"))) if to else None
             wanted_key = associations.get(name)
             if current == wanted_key:
                 continue
-            if current is not None:
+            left = self.services.get(current) if current is not None else None
+            if (
+                current is not None
+                and left is not None
+                and current not in pins
+                and CLAIM_ANNOTATION not in _annotations(left)
+                and str(address["spec"]["address"]) in _pinned(left)
+            ):
                 # A pin the driver wrote on a Service that stays but no longer names the claim.
-                left = self.services.get(current)
-                if (
-                    left is not None
-                    and current not in pins
-                    and current not in unpinned
-                    and CLAIM_ANNOTATION not in _annotations(left)
-                    and str(address["spec"]["address"])
-                    in (_annotations(left).get(METALLB_IPS_ANNOTATION) or "")
-                ):
-                    writes.append(self._pin(current, None, "left the claim: unpin"))
-                    unpinned.add(current)
+                unpins[current] = self._pin(current, None, "left the claim: unpin")
             associated = (
                 {"kind": "Service", "namespace": wanted_key[0], "name": wanted_key[1]} if wanted_key else None
             )
@@ -669,11 +842,85 @@ class SubstrateModel:
                     "status", ADDRESSES, name, body={"status": {"associatedTo": associated}}, why="associate"
                 )
             )
+        return writes, list(unpins.values())
+
+    def _placeholders(self) -> dict[str, list[Key]]:
+        """The driver's placeholders by the address they pin."""
+        held: dict[str, list[Key]] = {}
+        for key, service in self.services.items():
+            if key[0] == self.placeholder_namespace and not _deleting(service):
+                for ip in _pinned(service):
+                    held.setdefault(ip, []).append(key)
+        return held
+
+    def _plan_placeholders(
+        self, mine: Mapping[str, Obj], associations: Mapping[str, Key | None]
+    ) -> list[Write]:
+        """Every address of the driver's held in MetalLB's books: by its Service while associated,
+        else by a placeholder (an existing one, or ``iad-<address>``); a placeholder holding no
+        address (the core deletes it in this plan, or it is gone) goes, unless provisioning uses it."""
+        writes: list[Write] = []
+        held = self._held
+        wanted: set[str] = set()
+        kept = {
+            name: a for name, a in self.addresses.items() if not _deleting(a) and self._phase(a) is not None
+        }
+        for name, address in sorted(kept.items()):
+            spec = address.get("spec") or {}
+            if spec.get("className") not in mine:
+                continue
+            ip = str(spec.get("address"))
+            if associations.get(name) is not None:
+                for key in held.get(ip, []):
+                    writes.append(
+                        Write("delete", SERVICES, key[1], key[0], why=f"{ip} handed to its Service")
+                    )
+                continue
+            wanted.add(ip)
+            if not held.get(ip):
+                writes.append(self._placeholder(f"{PLACEHOLDER_PREFIX}{name}", ip, str(spec["className"])))
+        addressed = {str((a.get("spec") or {}).get("address")) for a in kept.values()}
+        for ip, keys in sorted(held.items()):
+            if ip not in wanted and ip not in addressed:
+                for key in keys:
+                    if key not in self._provisioning:
+                        writes.append(Write("delete", SERVICES, key[1], key[0], why=f"{ip} held for nothing"))
         return writes
 
+    def _placeholder(self, name: str, ip: str, class_name: str) -> Write:
+        """A selectorless LoadBalancer Service pinning ``ip`` from the class's pool (MetalLB's books)."""
+        family = IPV6 if _family(ip) == 6 else IPV4
+        body = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "name": name,
+                "namespace": self.placeholder_namespace,
+                "annotations": {POOL_ANNOTATION: pool_name(class_name), METALLB_IPS_ANNOTATION: ip},
+            },
+            "spec": {
+                "type": "LoadBalancer",
+                "ipFamilyPolicy": "SingleStack",
+                "ipFamilies": [family],
+                "ports": [{"name": "hold", "port": PLACEHOLDER_PORT, "protocol": "TCP"}],
+            },
+        }
+        return Write("create", SERVICES, name, self.placeholder_namespace, body, f"hold {ip}")
+
     def _pin(self, key: Key, value: str | None, why: str) -> Write:
-        body = {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: value}}}
-        return Write("patch", SERVICES, key[1], key[0], body, why)
+        """The driver's pin (or unpin) as it writes it: the address annotation and the marker
+        together, in one plain Update."""
+        if value is None:
+            return self._annotate(key, {METALLB_IPS_ANNOTATION: None, PINNED_MARKER: None}, why)
+        return self._annotate(key, {METALLB_IPS_ANNOTATION: value, PINNED_MARKER: "true"}, why)
+
+    def _annotate(self, key: Key, changes: Mapping[str, str | None], why: str) -> Write:
+        """One plain Update of the whole cached Service behind its resourceVersion, its annotations
+        changed (None: removed)."""
+        service = self.services[key]
+        annotations = {k: v for k, v in {**_annotations(service), **changes}.items() if v is not None}
+        body = {**service, "metadata": {**_meta(service), "annotations": annotations}}
+        return Write("update", SERVICES, key[1], key[0], body, why)
 
     # --- queries ---------------------------------------------------------------------------------
 
@@ -710,14 +957,22 @@ class SubstrateModel:
                 elif write.verb == "delete":
                     await kube.delete(write.path())
                     self.log.append(f"delete {write.resource.plural}/{write.name}: {write.why}")
-                    gone = {"metadata": {"name": write.name, "namespace": write.namespace}}
-                    self.on_event(write.resource, "DELETED", gone)
+                    self.on_event(write.resource, "DELETED", gone_obj(write))
                     continue
+                elif write.verb == "update":
+                    answer = await kube.replace(write.path(), write.body or {})
                 else:
                     answer = await kube.patch(write.path(), write.body, "merge")
             except ApiError as error:
                 if error.status == CONFLICT and write.verb == "create":
                     self.on_conflict(write)  # the name is taken: the next pass takes the next IP
+                    continue
+                if error.status == CONFLICT and write.verb == "update":
+                    # A stale resourceVersion: read the object again; the next pass plans from it.
+                    fresh = await kube.get(write.path())
+                    self.on_event(
+                        write.resource, "DELETED" if fresh is None else "MODIFIED", fresh or gone_obj(write)
+                    )
                     continue
                 self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {error}")
                 return False

@@ -157,13 +157,13 @@ CLAIM: dict[str, Any] = {"metadata": {"namespace": "t", "name": "ea-1-x", "uid":
 
 def test_the_stand_in_writes_the_substrates_shapes() -> None:
     address = address_body("198.18.0.1", "pool", CLAIM)
-    assert address["metadata"]["name"] == "198.18.0.1"
+    assert address["metadata"]["name"] == "ip-198-18-0-1"
     assert address["spec"]["claimRef"] == {"namespace": "t", "name": "ea-1-x", "uid": "u-1"}
     assert address["spec"]["source"] == {"fromClass": {}}
     status = claim_status(CLAIM, "pool", "198.18.0.1", "2026-01-01T00:00:00Z")["status"]
     assert status["phase"] == "Bound"
     assert status["className"] == "pool"
-    assert status["addresses"] == [{"name": "198.18.0.1", "address": "198.18.0.1"}]
+    assert status["addresses"] == [{"name": "ip-198-18-0-1", "address": "198.18.0.1"}]
     assert [(c["type"], c["status"], c["observedGeneration"]) for c in status["conditions"]] == [
         ("ClassResolved", "True", 3),
         ("Bound", "True", 3),

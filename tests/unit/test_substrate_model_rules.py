@@ -1,7 +1,7 @@
-"""The substrate model (``tests.support.substrate``) itself: one row per part of the substrate's published
-contract it stands for, driven without a cluster. ``Store`` plays the API server: it applies each planned
-write (merge patches, the status subresource, finalizers, 409 on a taken name) and feeds the result back
-as a watch event, until the model has nothing left to write."""
+"""The substrate model (``tests.support.substrate``) itself: one row per rule of the real substrate it
+stands for, driven without a cluster. ``Store`` plays the API server: it applies each planned write
+(merge patches, plain Updates, the status subresource, finalizers, 409 on a taken name) and feeds the
+result back as a watch event, until the model has nothing left to write."""
 
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from hack.substrate import PLACEHOLDER_NAMESPACE
 from shared.resources import SERVICES, Resource
 from tests.support.mergepatch import merge_patch
 from tests.support.substrate import (
@@ -24,6 +25,7 @@ from tests.support.substrate import (
     L2_ADVERTISEMENTS,
     METALLB_IPS_ANNOTATION,
     METALLB_PROVISIONER,
+    PINNED_MARKER,
     POOLS,
     PROVISIONER_ANNOTATION,
     SubstrateModel,
@@ -114,6 +116,9 @@ class Store:
         wanted_version = (body.get("metadata") or {}).pop("resourceVersion", None)
         if wanted_version is not None and wanted_version != existing["metadata"]["resourceVersion"]:
             return False
+        if write.verb == "update":  # the whole object but its status, as a plain Update replaces it
+            self._store(write.resource, {**body, "status": existing.get("status")})
+            return True
         if write.verb == "status":
             patch = {"status": body.get("status")}
         else:
@@ -183,20 +188,31 @@ def claim_status(store: Store, name: str) -> Obj:
     return status
 
 
-def reason(store: Store, name: str, type_: str) -> str:
+def condition(store: Store, name: str, type_: str) -> Obj:
     conditions = claim_status(store, name).get("conditions") or []
-    return next(str(c["reason"]) for c in conditions if c["type"] == type_)
+    found: Obj = next(c for c in conditions if c["type"] == type_)
+    return found
+
+
+def resolved(store: Store, name: str) -> tuple[str, str, str]:
+    found = condition(store, name, "ClassResolved")
+    return str(found["status"]), str(found["reason"]), str(found["message"])
+
+
+def reason(store: Store, name: str, type_: str) -> str:
+    return str(condition(store, name, type_)["reason"])
 
 
 def ips(store: Store, name: str) -> list[str]:
     return [str(a["address"]) for a in claim_status(store, name).get("addresses") or []]
 
 
-def pin(store: Store, service: str) -> str | None:
+def pin(store: Store, service: str) -> tuple[str | None, str | None]:
+    """The Service's pin as the driver writes it: (the addresses, the marker)."""
     obj = store.get(SERVICES, service, NS)
     assert obj is not None
-    value = ((obj.get("metadata") or {}).get("annotations") or {}).get(METALLB_IPS_ANNOTATION)
-    return str(value) if value is not None else None
+    annotations = (obj.get("metadata") or {}).get("annotations") or {}
+    return annotations.get(METALLB_IPS_ANNOTATION), annotations.get(PINNED_MARKER)
 
 
 def associated(store: Store, address: str) -> str | None:
@@ -204,6 +220,40 @@ def associated(store: Store, address: str) -> str | None:
     assert obj is not None
     to = (obj.get("status") or {}).get("associatedTo")
     return str(to["name"]) if to else None
+
+
+def address_phase(store: Store, address: str) -> str:
+    obj = store.get(ADDRESSES, address)
+    assert obj is not None
+    return str(obj["status"]["phase"])
+
+
+def placeholders(store: Store) -> dict[str, str]:
+    """The driver's placeholders: name -> the address it holds."""
+    return {
+        key[2]: obj["metadata"]["annotations"][METALLB_IPS_ANNOTATION]
+        for key, (_, obj) in store.objects.items()
+        if key[0] == SERVICES.plural and key[1] == PLACEHOLDER_NAMESPACE
+    }
+
+
+def written(store: Store) -> list[tuple[str, str, str]]:
+    """The writes so far, as (verb, plural, name)."""
+    return [(w.verb, w.resource.plural, w.name) for w in store.writes]
+
+
+def claim_phases_written(store: Store, name: str) -> list[str]:
+    return [
+        str((w.body or {})["status"]["phase"])
+        for w in store.writes
+        if w.resource == CLAIMS and w.verb == "status" and w.name == name
+    ]
+
+
+def claim_ref(store: Store, name: str) -> Obj:
+    claim = store.get(CLAIMS, name, NS)
+    assert claim is not None
+    return {"namespace": NS, "name": name, "uid": claim["metadata"]["uid"]}
 
 
 def bound_claim(*classes: Obj, claim: Obj | None = None) -> Store:
@@ -214,6 +264,15 @@ def bound_claim(*classes: Obj, claim: Obj | None = None) -> Store:
 
 
 # --- scenarios -----------------------------------------------------------------------------------
+
+V4 = "198.51.100.0"  # the class's first address: the network's own (MetalLB hands it out)
+A4 = "ip-198-51-100-0"
+V6 = "2001:db8::"
+A6 = "ip-2001-0db8-0000-0000-0000-0000-0000-0000"
+HOLDER = "iad-uid-2-v4"  # the placeholder provisioning c1 (uid-2) created
+REHOLDER = f"iad-{A4}"  # the placeholder re-holding the address once no Service uses it
+PINNED = (V4, "true")
+UNPINNED = (None, None)
 
 
 def no_default() -> Store:
@@ -236,16 +295,24 @@ def class_sticks() -> Store:
     return store
 
 
-def exhausted() -> Store:
-    store = bound_claim(make_class("public", "198.51.100.1/32", default=True))
-    store.put(CLAIMS, make_claim("c2"))
+def slash30() -> Store:
+    store = world(make_class("public", "198.51.100.0/30", default=True))
+    for name in ("c1", "c2", "c3", "c4", "c5"):
+        store.put(CLAIMS, make_claim(name))
     store.settle()
     return store
 
 
+def dual() -> Store:
+    return bound_claim(
+        make_class("dual", "2001:db8::/126", "198.51.100.0/29", default=True),
+        claim=make_claim("c1", family="Dual"),
+    )
+
+
 def taken_by_another() -> Store:
     store = world(make_class("public", default=True))
-    store.put(ADDRESSES, {"metadata": {"name": "198.51.100.1"}, "spec": {}}, seen=False)
+    store.put(ADDRESSES, {"metadata": {"name": A4}, "spec": {}}, seen=False)
     store.put(CLAIMS, make_claim("c1"))
     store.settle()
     return store
@@ -253,6 +320,7 @@ def taken_by_another() -> Store:
 
 def with_service(*services: str, claim: Obj | None = None) -> Store:
     store = bound_claim(claim=claim)
+    store.writes.clear()
     for name in services:
         store.put(SERVICES, make_service(name, "c1"))
     store.settle()
@@ -262,6 +330,13 @@ def with_service(*services: str, claim: Obj | None = None) -> Store:
 def service_deleted() -> Store:
     store = with_service("s1")
     store.delete(SERVICES, "s1", NS)
+    store.settle()
+    return store
+
+
+def service_back() -> Store:
+    store = service_deleted()
+    store.put(SERVICES, make_service("s3", "c1"))
     store.settle()
     return store
 
@@ -280,11 +355,34 @@ def first_service_gone() -> Store:
     return store
 
 
-def claim_deleted(reclaim: str) -> Store:
+def claim_deleted(reclaim: str, *services: str) -> Store:
     store = bound_claim(make_class("public", default=True, reclaim=reclaim))
-    store.put(SERVICES, make_service("s1", "c1"))
+    for name in services:
+        store.put(SERVICES, make_service(name, "c1"))
     store.settle()
     store.delete(CLAIMS, "c1", NS)
+    store.settle()
+    return store
+
+
+def released_service_deleted() -> Store:
+    store = claim_deleted("Retain", "s1")
+    store.delete(SERVICES, "s1", NS)
+    store.settle()
+    return store
+
+
+def claim_ref_cleared() -> Store:
+    store = claim_deleted("Retain")
+    store.update(ADDRESSES, A4, None, {"spec": {"claimRef": None}})  # the hoster
+    store.settle()
+    return store
+
+
+def available_rebound() -> Store:
+    store = claim_ref_cleared()
+    store.writes.clear()
+    store.put(CLAIMS, make_claim("c2"))
     store.settle()
     return store
 
@@ -299,10 +397,7 @@ def pending_claim_service() -> Store:
 
 
 def dual_service() -> Store:
-    store = bound_claim(
-        make_class("dual", "2001:db8::/126", "198.51.100.0/29", default=True),
-        claim=make_claim("c1", family="Dual"),
-    )
+    store = dual()
     store.put(SERVICES, make_service("s1", "c1"))
     store.settle()
     return store
@@ -318,13 +413,21 @@ def rendered(store: Store, resource: Resource) -> dict[str, Obj]:
     return {key[2]: obj["spec"] for key, (_, obj) in store.objects.items() if key[0] == resource.plural}
 
 
-V4 = "198.51.100.1"
+def holder(store: Store) -> tuple[object, ...]:
+    """The provisioning placeholder as the driver creates it."""
+    obj = store.get(SERVICES, HOLDER, PLACEHOLDER_NAMESPACE)
+    assert obj is not None
+    spec = obj["spec"]
+    return spec["type"], "selector" in spec, obj["metadata"]["annotations"]
+
+
 Probe = Callable[[Store], object]
 
 
 @pytest.mark.parametrize(
     ("scenario", "probe", "expected"),
     [
+        # The core: class resolution, the stamp, the finalizer.
         pytest.param(
             no_default,
             lambda s: (claim_status(s, "c1")["phase"], reason(s, "c1", "ClassResolved"), ips(s, "c1")),
@@ -333,9 +436,9 @@ Probe = Callable[[Store], object]
         ),
         pytest.param(
             bound_claim,
-            lambda s: (claim_status(s, "c1")["className"], reason(s, "c1", "ClassResolved")),
-            ("public", "Resolved"),
-            id="one default class: the claim resolves to it",
+            lambda s: (claim_status(s, "c1")["className"], *resolved(s, "c1")),
+            ("public", "True", "Resolved", 'resolved to IPAddressClass "public"'),
+            id="one default class: the claim resolves to it (ClassResolved's message as observed)",
         ),
         pytest.param(
             two_defaults,
@@ -364,6 +467,7 @@ Probe = Callable[[Store], object]
             (METALLB_PROVISIONER, [CLAIM_PROTECTION_FINALIZER]),
             id="the provisioner stamp (an annotation) and the claim-protection finalizer",
         ),
+        # Provisioning.
         pytest.param(
             bound_claim,
             lambda s: (
@@ -371,15 +475,36 @@ Probe = Callable[[Store], object]
                 claim_status(s, "c1")["addresses"],
                 reason(s, "c1", "Bound"),
             ),
-            ("Bound", [{"name": V4, "address": V4}], "Bound"),
-            id="IPv4: Bound to the first host address, named from the IP",
+            ("Bound", [{"name": A4, "address": V4}], "Bound"),
+            id="IPv4: Bound to the network's own address first, named ip-<IP with - for .>",
+        ),
+        pytest.param(
+            slash30,
+            lambda s: [ips(s, c) for c in ("c1", "c2", "c3", "c4")],
+            [["198.51.100.0"], ["198.51.100.1"], ["198.51.100.2"], ["198.51.100.3"]],
+            id="a /30 holds four addresses: network and broadcast too (avoidBuggyIPs false)",
+        ),
+        pytest.param(
+            slash30,
+            lambda s: (claim_status(s, "c5")["phase"], reason(s, "c5", "Bound"), ips(s, "c5")),
+            ("Pending", "WaitingForProvisioning", []),
+            id="class exhausted: the claim stays Pending, WaitingForProvisioning",
         ),
         pytest.param(
             bound_claim,
-            lambda s: (
-                s.get(ADDRESSES, V4)["spec"],
-                s.get(ADDRESSES, V4)["status"]["phase"],
-            ),
+            lambda s: [w for w in written(s) if w[0] == "create"],
+            [("create", "services", HOLDER), ("create", "ipaddresses", A4)],
+            id="provisioning: the placeholder iad-<claim uid>-v4 first, then the address",
+        ),
+        pytest.param(
+            bound_claim,
+            holder,
+            ("LoadBalancer", False, {"metallb.io/address-pool": "iad-public", METALLB_IPS_ANNOTATION: V4}),
+            id="the placeholder: selectorless LoadBalancer in the driver's namespace, pool and IP pinned",
+        ),
+        pytest.param(
+            bound_claim,
+            lambda s: (s.get(ADDRESSES, A4)["spec"], address_phase(s, A4)),
             (
                 {
                     "address": V4,
@@ -390,23 +515,20 @@ Probe = Callable[[Store], object]
                 },
                 "Bound",
             ),
-            id="the address: claimRef completed with the claim's UID, class, reclaim policy, fromClass",
+            id="the address: claimRef with the claim's UID, class, reclaim policy, fromClass; Bound",
         ),
         pytest.param(
             lambda: bound_claim(
                 make_class("v6", "2001:db8::/126", default=True), claim=make_claim("c1", family="IPv6")
             ),
             lambda s: claim_status(s, "c1")["addresses"],
-            [{"name": "2001-db8--1", "address": "2001:db8::1"}],
-            id="IPv6: named with '-' for ':'",
+            [{"name": A6, "address": V6}],
+            id="IPv6 (its naming a guess): the network's own address, exploded (compressed ends in ':')",
         ),
         pytest.param(
-            lambda: bound_claim(
-                make_class("dual", "2001:db8::/126", "198.51.100.0/29", default=True),
-                claim=make_claim("c1", family="Dual"),
-            ),
+            dual,
             lambda s: (claim_status(s, "c1")["phase"], ips(s, "c1")),
-            ("Bound", [V4, "2001:db8::1"]),
+            ("Bound", [V4, V6]),
             id="Dual: two addresses, IPv4 first",
         ),
         pytest.param(
@@ -416,92 +538,154 @@ Probe = Callable[[Store], object]
             id="Dual from a class without IPv6: Pending with the one it has",
         ),
         pytest.param(
-            exhausted,
-            lambda s: (
-                claim_status(s, "c2")["phase"],
-                reason(s, "c2", "Bound"),
-                "no free IPv4" in str(claim_status(s, "c2")["conditions"]),
-            ),
-            ("Pending", "WaitingForProvisioning", True),
-            id="class exhausted: the claim stays Pending and says why",
-        ),
-        pytest.param(
             taken_by_another,
-            lambda s: (ips(s, "c1"), "198.51.100.1" in s.model.taken),
-            (["198.51.100.2"], True),
-            id="409 on the IP's name: the next IP",
+            lambda s: (ips(s, "c1"), A4 in s.model.taken, placeholders(s)),
+            (["198.51.100.1"], True, {"iad-uid-3-v4": "198.51.100.1"}),
+            id="409 on the IP's name: the next IP, the claim's placeholder moved to it",
+        ),
+        # Placeholders and pins.
+        pytest.param(
+            bound_claim,
+            placeholders,
+            {HOLDER: V4},
+            id="no Service uses the address: its provisioning placeholder keeps holding it",
         ),
         pytest.param(
             lambda: with_service("s1"),
-            lambda s: (pin(s, "s1"), associated(s, V4)),
-            (V4, "s1"),
-            id="an annotated Service: pinned, and the address associated to it",
+            lambda s: (associated(s, A4), placeholders(s), pin(s, "s1")),
+            ("s1", {}, PINNED),
+            id="an annotated Service: associated, the placeholder gone, pinned with the marker",
+        ),
+        pytest.param(
+            lambda: with_service("s1"),
+            written,
+            [("status", "ipaddresses", A4), ("delete", "services", HOLDER), ("update", "services", "s1")],
+            id="the driver's order: associatedTo, the placeholder deleted, then ONE Update of the Service",
+        ),
+        pytest.param(
+            lambda: with_service("s1"),
+            lambda s: next(w.body for w in s.writes if w.verb == "update")["spec"],
+            make_service("s1", "c1")["spec"],
+            id="the pin's Update carries the whole cached Service",
         ),
         pytest.param(
             dual_service,
-            lambda s: (pin(s, "s1"), associated(s, V4), associated(s, "2001-db8--1")),
-            (f"{V4},2001:db8::1", "s1", "s1"),
-            id="Dual: both addresses pinned, comma-separated, both associated",
+            lambda s: (pin(s, "s1"), associated(s, A4), associated(s, A6), placeholders(s)),
+            ((f"{V4},{V6}", "true"), "s1", "s1", {}),
+            id="Dual: both addresses pinned, comma-separated, both associated, both placeholders gone",
+        ),
+        pytest.param(
+            lambda: with_service("s1", "s2"),
+            lambda s: (pin(s, "s2"), [w for w in written(s) if w[2] == "s2"], associated(s, A4)),
+            (UNPINNED, [], "s1"),
+            id="a second Service on the same claim: nothing written to it",
+        ),
+        pytest.param(
+            first_service_gone,
+            lambda s: (pin(s, "s2"), associated(s, A4), placeholders(s)),
+            (PINNED, "s2", {}),
+            id="the first Service gone: the second becomes the claim's (no placeholder in between)",
         ),
         pytest.param(
             service_deleted,
             lambda s: (
-                associated(s, V4),
+                associated(s, A4),
+                placeholders(s),
                 claim_status(s, "c1")["phase"],
-                s.get(ADDRESSES, V4)["status"]["phase"],
+                address_phase(s, A4),
             ),
-            (None, "Bound", "Bound"),
-            id="the Service deleted: associatedTo cleared, the address still bound",
+            (None, {REHOLDER: V4}, "Bound", "Bound"),
+            id="the Service deleted: associatedTo cleared, iad-<address> re-holds it, still bound",
+        ),
+        pytest.param(
+            service_back,
+            lambda s: (pin(s, "s3"), associated(s, A4), placeholders(s)),
+            (PINNED, "s3", {}),
+            id="a new Service naming the claim later: the same address",
         ),
         pytest.param(
             annotation_dropped,
-            lambda s: (associated(s, V4), pin(s, "s1")),
-            (None, None),
-            id="the annotation dropped: associatedTo cleared and the pin removed",
-        ),
-        pytest.param(
-            lambda: with_service("s1", "s2"),
-            lambda s: (pin(s, "s1"), pin(s, "s2"), associated(s, V4)),
-            (V4, None, "s1"),
-            id="a second Service on the same claim: not pinned",
-        ),
-        pytest.param(
-            first_service_gone,
-            lambda s: (pin(s, "s2"), associated(s, V4)),
-            (V4, "s2"),
-            id="the first Service gone: the second becomes the claim's",
+            lambda s: (associated(s, A4), pin(s, "s1"), placeholders(s)),
+            (None, UNPINNED, {REHOLDER: V4}),
+            id="the annotation dropped (not observed): associatedTo cleared, the pin removed, re-held",
         ),
         pytest.param(
             pending_claim_service,
             lambda s: (claim_status(s, "c1")["phase"], pin(s, "s1")),
-            ("Pending", None),
+            ("Pending", UNPINNED),
             id="a Service naming a Pending claim: no pin",
         ),
+        # Reclaim.
         pytest.param(
             lambda: claim_deleted("Retain"),
+            lambda s: (s.get(CLAIMS, "c1", NS), address_phase(s, A4), placeholders(s)),
+            (None, "Released", {HOLDER: V4}),
+            id="Retain, no Service: Released, still held by its provisioning placeholder (not renamed)",
+        ),
+        pytest.param(
+            lambda: claim_deleted("Retain", "s1"),
             lambda s: (
                 s.get(CLAIMS, "c1", NS),
-                s.get(ADDRESSES, V4)["status"],
-                s.get(ADDRESSES, V4)["spec"]["claimRef"]["name"],
+                address_phase(s, A4),
+                s.get(ADDRESSES, A4)["spec"]["claimRef"]["name"],
+                associated(s, A4),
                 pin(s, "s1"),
+                placeholders(s),
             ),
-            (None, {"phase": "Released"}, "c1", None),
-            id="Retain: the claim goes, its address Released (claimRef kept, not associated, unpinned)",
+            (None, "Released", "c1", "s1", PINNED, {}),
+            id="Retain with a Service: the claim goes; Released, claimRef, associatedTo and pin kept",
+        ),
+        pytest.param(
+            released_service_deleted,
+            lambda s: (address_phase(s, A4), associated(s, A4), placeholders(s)),
+            ("Released", None, {REHOLDER: V4}),
+            id="Retain, then the Service deleted: associatedTo cleared, iad-<address> re-holds it",
+        ),
+        pytest.param(
+            lambda: claim_deleted("Delete", "s1"),
+            lambda s: (s.get(CLAIMS, "c1", NS), s.get(ADDRESSES, A4), pin(s, "s1"), placeholders(s)),
+            (None, None, UNPINNED, {}),
+            id="Delete: the claim and its address go, the Service loses its pin",
         ),
         pytest.param(
             lambda: claim_deleted("Delete"),
-            lambda s: (s.get(CLAIMS, "c1", NS), s.get(ADDRESSES, V4)),
-            (None, None),
-            id="Delete: the claim goes, and its address with it",
+            lambda s: (s.get(ADDRESSES, A4), placeholders(s)),
+            (None, {}),
+            id="Delete, no Service: the address and its placeholder go",
         ),
+        pytest.param(
+            claim_ref_cleared,
+            lambda s: (address_phase(s, A4), placeholders(s)),
+            ("Available", {HOLDER: V4}),
+            id="a hoster clears claimRef of a Released address: Available (still held)",
+        ),
+        pytest.param(
+            available_rebound,
+            lambda s: (
+                ips(s, "c2"),
+                s.get(ADDRESSES, A4)["spec"]["claimRef"] == claim_ref(s, "c2"),
+                address_phase(s, A4),
+                claim_phases_written(s, "c2"),
+                [w for w in written(s) if w[0] == "create"],
+            ),
+            ([V4], True, "Bound", ["Bound"], []),
+            id="a new claim binds the Available address: straight to Bound, nothing provisioned",
+        ),
+        # Pools.
         pytest.param(
             pools,
             lambda s: (rendered(s, POOLS), rendered(s, L2_ADVERTISEMENTS)),
             (
-                {"public": {"addresses": ["198.51.100.0/28"], "autoAssign": False, "avoidBuggyIPs": False}},
-                {"public": {"ipAddressPools": ["public"]}},
+                {
+                    "iad-public": {
+                        "addresses": ["198.51.100.0/28"],
+                        "autoAssign": False,
+                        "avoidBuggyIPs": False,
+                    }
+                },
+                {"iad-public": {"ipAddressPools": ["iad-public"]}},
             ),
-            id="one pool (autoAssign false) and one L2Advertisement per class of the driver's",
+            id="one pool iad-<class> (autoAssign and avoidBuggyIPs false) and one L2Advertisement per class",
         ),
     ],
 )
@@ -549,7 +733,7 @@ def test_a_recreated_claim_of_the_same_name_gets_a_new_address() -> None:
     store = claim_deleted("Retain")
     store.put(CLAIMS, make_claim("c1"))
     store.settle()
-    assert ips(store, "c1") == ["198.51.100.2"]
+    assert ips(store, "c1") == ["198.51.100.1"]
 
 
 def test_claims_pending_at_once_are_provisioned_in_one_plan_without_a_conflict() -> None:
@@ -557,12 +741,12 @@ def test_claims_pending_at_once_are_provisioned_in_one_plan_without_a_conflict()
     for name in ("c1", "c2", "c3"):
         store.put(CLAIMS, make_claim(name))
     store.settle()
-    creates = [w.name for w in store.writes if w.verb == "create"]
-    assert len(creates) == len(set(creates)) == 3  # three addresses, no name planned twice (no 409)
+    creates = [(w.resource.plural, w.name) for w in store.writes if w.verb == "create"]
+    assert len(creates) == len(set(creates)) == 6  # a placeholder and an address each, none twice (no 409)
     assert sorted(ip for name in ("c1", "c2", "c3") for ip in ips(store, name)) == [
+        "198.51.100.0",
         "198.51.100.1",
         "198.51.100.2",
-        "198.51.100.3",
     ]
 
 
@@ -578,10 +762,13 @@ def test_an_event_older_than_the_cache_is_ignored() -> None:
 @pytest.mark.parametrize(
     ("ip", "name"),
     [
-        ("198.51.100.7", "198.51.100.7"),
-        ("2001:db8::1", "2001-db8--1"),
-        ("2001:DB8:0:0:1::", "2001-0db8-0000-0000-0001-0000-0000-0000"),
-        ("::1", "0000-0000-0000-0000-0000-0000-0000-0001"),
+        pytest.param("192.0.2.0", "ip-192-0-2-0", id="IPv4 as observed"),
+        pytest.param("198.51.100.7", "ip-198-51-100-7", id="IPv4"),
+        pytest.param("2001:db8::1", "ip-2001-db8--1", id="IPv6 compressed (a guess)"),
+        pytest.param(
+            "2001:DB8:0:0:1::", "ip-2001-0db8-0000-0000-0001-0000-0000-0000", id="IPv6 ending in ::"
+        ),
+        pytest.param("::1", "ip---1", id="IPv6 starting with ::"),
     ],
 )
 def test_address_name(ip: str, name: str) -> None:
