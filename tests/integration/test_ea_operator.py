@@ -74,6 +74,7 @@ from tests.support.lane import address_substrate
 from tests.support.manifests import apply_all, load
 from tests.support.operators import RunningOperator
 from tests.support.otlp import attributes, otlp_receiver
+from tests.support.substrate import METALLB_IPS_ANNOTATION
 from tests.support.waiting import eventually, wait_for_object
 
 # The garbage collector acts as its own ServiceAccount (the control plane runs kube-controller-manager
@@ -82,6 +83,9 @@ GC_USER: Final = "system:serviceaccount:kube-system:generic-garbage-collector"
 GC_FENCE_PROBE: Final = "gc-fence-probe"
 # A test's own finalizer: holds an object the test wants to outlive its owner a while.
 HOLD_FINALIZER: Final = "example.com/hold"
+# The admission policy config/default/endpointattachment installs.
+ADMISSION_DIR: Final = "config/admission/endpointattachment"
+FORBIDDEN: Final = 403
 # The sentinel port of a vm-instance endpoint before the chart exposes the VM (nothing to publish).
 VM_SENTINEL_PORT: Final = 65535
 
@@ -746,6 +750,73 @@ async def test_detach_and_reattach_with_the_same_address(
 
 
 # --- Dual, on the claim's side ---------------------------------------------------------------------
+
+
+async def test_the_shipped_admission_policy_lets_the_drivers_pin_through(
+    kube: Kube, cluster: ClusterInfo, operator: RunningOperator, tenant: Tenant
+) -> None:
+    """config/default/endpointattachment's admission policy in force (``kubectl apply -k`` of
+    config/admission/endpointattachment, the one part of it that judges the driver's writes): the
+    substrate's driver pins the rendered Service (its address annotation and its marker, one Update,
+    as its own ServiceAccount) and the attachment is Attached; the policy still refuses anyone else's
+    pin. Before the policy exempted the driver's marker, no attachment ever got its address here."""
+    code, out = await kubectl(cluster, "apply", "-k", ADMISSION_DIR)
+    assert code == 0, out
+    try:
+        await tenant.address_class("it-policy", "198.51.100.136/29")
+        endpoint = await tenant.app_with_endpoint()
+        probe = {
+            "apiVersion": "v1",
+            "kind": "Service",
+            "metadata": {
+                "generateName": "probe-",
+                "ownerReferences": [
+                    {
+                        "apiVersion": ATTACHMENTS.api_version,
+                        "kind": "EndpointAttachment",
+                        "name": "x",
+                        "uid": "0",
+                    }
+                ],
+            },
+            "spec": {"ports": [{"port": 80}]},
+        }
+
+        async def in_force() -> bool:
+            try:
+                await kube.request(
+                    "POST", SERVICES.path(tenant.namespace), body=probe, params={"dryRun": "All"}
+                )
+            except ApiError as error:
+                return error.status == FORBIDDEN
+            return False
+
+        await eventually(in_force, timeout=60, interval=0.5, what="the rendered-Services policy in force")
+        await tenant.attachment("db-public", endpoint, class_name="it-policy")
+        ready = await attachment_attached(tenant, "db-public", operator)
+        service = await tenant.service_of(ready)
+        assert service is not None
+        assert ingress(service) == addresses(ready)
+        pin = {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: "198.51.100.140"}}}
+        with pytest.raises(ApiError) as refused:
+            await kube.patch(SERVICES.path(tenant.namespace, service["metadata"]["name"]), pin, "merge")
+        assert refused.value.status == FORBIDDEN
+    finally:
+        await kubectl(cluster, "delete", "--ignore-not-found", "-k", ADMISSION_DIR)
+
+
+async def kubectl(cluster: ClusterInfo, *args: str) -> tuple[int, str]:
+    process = await asyncio.create_subprocess_exec(
+        cluster.kubectl,
+        "--kubeconfig",
+        cluster.kubeconfig,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.STDOUT,
+    )
+    out, _ = await process.communicate()
+    assert process.returncode is not None
+    return process.returncode, out.decode()
 
 
 async def test_ipv6_and_dual_attachments_are_attached_with_every_family(
