@@ -2,9 +2,11 @@
 
 Decides: where the control plane runs (a fresh temp dir per session, so runs never share state),
 when it counts as up (devcluster writes ``ready`` after /readyz answers), and its API server's
-NodePort range (Kubernetes' default unless a caller asks for another). Does not: fake any part of
-Kubernetes. Set ``COZY_TEST_KUBECONFIG`` to run the suite against another cluster (kind, say)
-instead; the suite then creates and deletes its own namespaces and cluster-scoped test objects there.
+NodePort range (Kubernetes' default unless a caller asks for another). Its Service CIDRs are the
+launcher's, dual-stack with IPv4 primary (a Service naming no family is single-stack IPv4). Does
+not: fake any part of Kubernetes. Set ``COZY_TEST_KUBECONFIG`` to run the suite against another
+cluster (kind, say) instead; the suite then creates and deletes its own namespaces and
+cluster-scoped test objects there.
 """
 
 from __future__ import annotations

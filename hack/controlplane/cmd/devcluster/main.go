@@ -3,9 +3,10 @@
 //
 // It decides: free ports, a fresh PKI (CA, serving certificate, admin and controller-manager client
 // certificates, service-account signing key), an embedded etcd, and the flags of kube-apiserver
-// (TLS, RBAC, TokenRequest, the NodePort range: Kubernetes' default unless -service-node-port-range
-// widens it) and kube-controller-manager (only the controllers the tests rely on:
-// garbage collector, namespace, endpoints, endpoint slices, resource quota, service accounts).
+// (TLS, RBAC, TokenRequest, dual-stack Service CIDRs with IPv4 the primary family, the NodePort
+// range: Kubernetes' default unless -service-node-port-range widens it) and kube-controller-manager
+// (only the controllers the tests rely on: garbage collector, namespace, endpoints, endpoint slices,
+// resource quota, service accounts).
 //
 // It does not run a scheduler, a kubelet, kube-proxy or a load balancer: tests play those parts
 // through the API. Nothing listens beyond the loopback interface, and everything lives in -dir.
@@ -50,8 +51,15 @@ var controllers = []string{
 	"serviceaccount-controller", // creates "default" ServiceAccounts so Pods pass admission
 }
 
-// serviceCIDR only feeds the ClusterIP allocator: no traffic is ever routed to it.
-const serviceCIDR = "10.96.0.0/16"
+// serviceCIDRs only feed the ClusterIP allocator: no traffic is ever routed to them. Dual-stack,
+// IPv4 first: the first range's family is the primary one, so a Service that names no family is
+// single-stack IPv4 and the "kubernetes" Service's ClusterIP is 10.96.0.1 (which the serving
+// certificate names); the second, IPv6 (a ULA), is what an IPv6 or a dual-stack Service draws from.
+// In this release (MultiCIDRServiceAllocator locked on) kube-apiserver turns the flag into the
+// default ServiceCIDR object and marks it Ready itself, so no controller-manager loop is needed; the
+// controller manager's own --service-cluster-ip-range only feeds node IPAM (--allocate-node-cidrs),
+// which does not run here, so it is not passed there.
+var serviceCIDRs = []string{"10.96.0.0/16", "fd00:10:96::/112"}
 
 // defaultNodePortRange is kube-apiserver's own default --service-node-port-range; nothing listens on
 // a NodePort here (no kube-proxy), so a wider range costs only the allocator's bitmap.
@@ -122,7 +130,7 @@ func run(dir, binDir string, exitOnStdinClose bool, readyTimeout time.Duration, 
 		"--service-account-key-file=" + p.path("sa.pub"),
 		"--service-account-signing-key-file=" + p.path("sa.key"),
 		"--api-audiences=" + server,
-		"--service-cluster-ip-range=" + serviceCIDR,
+		"--service-cluster-ip-range=" + strings.Join(serviceCIDRs, ","),
 		"--service-node-port-range=" + nodePortRange,
 		"--allow-privileged=true",
 		// As hardened clusters (OpenShift, many managed offerings) run it: setting an owner
