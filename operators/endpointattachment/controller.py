@@ -69,13 +69,16 @@ from operators.endpointattachment.api import (
 )
 from operators.endpointattachment.datapath import programmed_backends, ready_backends, reprogram_token
 from operators.endpointattachment.metrics import WorldCollector
+from operators.endpointattachment.reasons import CONDITION_PROVISIONED, REASON_WAITING_FOR_ADDRESS
 from operators.endpointattachment.reconcile import (
+    HANDOVER_HOLD_MIN_PROVISIONING,
     PassContext,
     Plan,
     ServiceAction,
     ServiceRefusal,
     address_reading,
     claim_reading,
+    provisioning_class,
     reconcile,
     refusal_of,
 )
@@ -167,6 +170,46 @@ def attachments_of_address(caches: Caches, address: Obj) -> set[Key]:
     if owner is not None:
         keys.discard(owner)
     return keys
+
+
+def attachments_held_for_class(caches: Caches, claim: Obj) -> set[Key]:
+    """Once the burst of claims of the claim's class being provisioned has passed: the attachments whose
+    Service the hand-over hold keeps back (a Bound claim of that class, no Service of theirs yet,
+    waiting for an address), so that they render now instead of when their hold runs out."""
+    world = World(caches)
+    status, spec = claim.get("status") or {}, claim.get("spec") or {}
+    class_name = status.get("className") or spec.get("className")
+    if not class_name or len(world.provisioning(str(class_name))) >= HANDOVER_HOLD_MIN_PROVISIONING:
+        return set()
+    held: set[Key] = set()
+    for key in world.claims.index_keys(BY_CLASS, str(class_name)):
+        found = world.claims.get(key)
+        if found is None or provisioning_class(found) is not None:
+            continue
+        owner = world.attachment_controlling(found)
+        for candidate in world.attachments_using(key) | ({owner} if owner is not None else set()):
+            attachment = world.attachments.get(candidate)
+            if attachment is not None and _waiting(attachment) and not world.services_of(attachment):
+                held.add(candidate)
+    return held
+
+
+def _waiting(attachment: Obj) -> bool:
+    conditions = (attachment.get("status") or {}).get("conditions") or []
+    return any(
+        c.get("type") == CONDITION_PROVISIONED and c.get("reason") == REASON_WAITING_FOR_ADDRESS
+        for c in conditions
+        if isinstance(c, Mapping)
+    )
+
+
+def provisioning_ended(old: Obj | None, new: Obj | None) -> bool:
+    """A claim stopped being provisioned (Bound, Lost, deleted): its class's held Services may go."""
+    return (
+        old is not None
+        and provisioning_class(old) is not None
+        and (new is None or provisioning_class(new) is None)
+    )
 
 
 def claim_reading_changed(old: Obj | None, new: Obj | None) -> bool:
@@ -327,6 +370,7 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
     owns=(Owns(SERVICES, (service_reading_changed,)), Owns(CLAIMS, (claim_reading_changed,))),
     watches=(
         Watch(CLAIMS, attachments_of_claim, (claim_reading_changed,)),
+        Watch(CLAIMS, attachments_held_for_class, (provisioning_ended,)),
         Watch(ADDRESSES, attachments_of_address, (address_reading_changed,)),
         Watch(CLASSES, attachments_of_class, (generation_changed,)),
         Watch(CRDS, every_attachment, (is_substrate_crd,)),
@@ -375,9 +419,14 @@ class AttachmentReconciler:
         wall_clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         announce_timeout: float = Settings.announce_timeout_seconds,
         quota_retry: float = Settings.quota_retry_seconds,
+        handover_hold: float = Settings.handover_hold_seconds,
     ) -> None:
         self.world, self.writer, self.clock, self.wall_clock = world, writer, clock, wall_clock
-        self.announce_timeout, self.quota_retry = announce_timeout, quota_retry
+        self.announce_timeout, self.quota_retry, self.handover_hold = (
+            announce_timeout,
+            quota_retry,
+            handover_hold,
+        )
         # Keys whose Service a pass created, until when their WaitingForAddress status is held back.
         self._holding: dict[Key, float] = {}
         # The API's last refusal of each attachment's Service, and when a pass last changed it.
@@ -414,6 +463,7 @@ class AttachmentReconciler:
             refusal=self._refusals.get(key),
             announce_timeout_seconds=self.announce_timeout,
             quota_retry_seconds=self.quota_retry,
+            handover_hold_seconds=self.handover_hold,
         )
         plan = reconcile(observed, context)
         if plan.finalizing:
@@ -577,6 +627,7 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
         manager.writer,
         announce_timeout=settings.announce_timeout_seconds,
         quota_retry=settings.quota_retry_seconds,
+        handover_hold=settings.handover_hold_seconds,
     )
     manager.add(wiring, attachments)
     registry.register(on_loop(WorldCollector(world)))

@@ -33,6 +33,14 @@ Decides, on every pass:
   recreating it here would drop the address);
   withdrawn (deleted) when it may not be rendered. Ours means a controller owner reference to this
   attachment's UID; a labelled Service without one is never looked at.
+- the hand-over hold: a Service not yet created for a claim Bound less than
+  ``handover_hold_seconds`` ago waits (``WaitingForAddress``, saying so) while a burst of other
+  claims of its class (``HANDOVER_HOLD_MIN_PROVISIONING`` or more) is being provisioned. The driver
+  hands a Bound address to its Service by deleting the placeholder that held it in MetalLB, and
+  MetalLB gives a freed address to the first Service asking its pool for any (a claim being
+  provisioned): the hand-over then fails and MetalLB backs off for tens of seconds. A burst of claims
+  binds first and hands over after, the way that is fast; a trickle (one claim at a time) is not
+  held, since it would always wait the whole hold.
 - ``Provisioned``: the first failure above, else ``WaitingForAddress`` until the Service's
   ``status.loadBalancer.ingress`` holds every address of the claim, ``AddressNotAnnounced`` (ours)
   once that wait passes ``announce_timeout_seconds`` since the Service was written; in a VM mode
@@ -68,6 +76,7 @@ from typing import Any, Final
 from operators.endpointattachment.api import (
     CLAIM_ANNOTATION,
     CLAIM_PHASE_BOUND,
+    CLAIM_PHASE_LOST,
     DEFAULT_CLAIM_FAMILY,
     HELMRELEASE_GROUP,
     HELMRELEASE_KIND,
@@ -130,6 +139,10 @@ STALE_MAPPING_MESSAGE: Final = "cannot find RESTMapping"
 # Defaults of the glue's settings (``--announce-timeout-seconds``, ``--quota-retry-seconds``).
 ANNOUNCE_TIMEOUT_SECONDS: Final = 60.0
 QUOTA_RETRY_SECONDS: Final = 60.0
+# How long a freshly Bound claim's Service may wait for its class's other claims to be provisioned.
+HANDOVER_HOLD_SECONDS: Final = 8.0
+# ...while at least this many others are: a burst (a trickle hands over at once; see the docstring).
+HANDOVER_HOLD_MIN_PROVISIONING: Final = 2
 
 
 @dataclass(frozen=True)
@@ -145,6 +158,7 @@ class Observed:
     - ``addresses``: the IPAddress objects bound to the claim.
     - ``services``: the Services this attachment controls, oldest first.
     - ``claim_users``: the other live Services of the namespace naming the claim.
+    - ``provisioning``: how many other claims of the claim's class the substrate is provisioning.
     - ``endpoint_slices``, ``rendered_endpoints``, ``rivals``, ``pods``: VM modes only (the
       endpoint's slices, our Service's v1 Endpoints, every other cozy-proxy Service or VM-mode
       attachment of the namespace with the pods it selects, the namespace's unfinished pods).
@@ -161,6 +175,7 @@ class Observed:
     addresses: Sequence[Mapping[str, Any]] = ()
     services: Sequence[Mapping[str, Any]] = ()
     claim_users: Sequence[Mapping[str, Any]] = ()
+    provisioning: int = 0
     endpoint_slices: Sequence[Mapping[str, Any]] = ()
     rendered_endpoints: Mapping[str, Any] | None = None
     rivals: Sequence[ProxiedService] = ()
@@ -202,13 +217,14 @@ def refusal_of(
 @dataclass(frozen=True)
 class PassContext:
     """What the glue knows beyond the caches: the time, when it last wrote the rendered Service, the
-    API's last refusal of it, and the two waits (seconds)."""
+    API's last refusal of it, and the three waits (seconds)."""
 
     now: datetime
     written_at: datetime | None = None
     refusal: ServiceRefusal | None = None
     announce_timeout_seconds: float = ANNOUNCE_TIMEOUT_SECONDS
     quota_retry_seconds: float = QUOTA_RETRY_SECONDS
+    handover_hold_seconds: float = HANDOVER_HOLD_SECONDS
 
 
 @dataclass(frozen=True)
@@ -468,6 +484,15 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
             return replace(
                 common, conditions=(resolved, provisioned), status={**status, "phase": PHASE_PENDING}
             )
+    hold = _handover_hold(observed, claim, context) if existing is None else None
+    if hold is not None:
+        held = Condition(CONDITION_PROVISIONED, FALSE, REASON_WAITING_FOR_ADDRESS, hold[0])
+        return replace(
+            common,
+            conditions=(resolved, held),
+            status={**status, "phase": PHASE_PENDING},
+            recheck_after=hold[1],
+        )
     action = ServiceAction.CREATE if existing is None else ServiceAction.NONE
     patch = service_patch(existing, desired) if existing is not None else None
     if patch is not None:
@@ -555,6 +580,50 @@ def address_reading(address: Mapping[str, Any] | None) -> tuple[str, str, str, s
         str(associated.get("namespace") or ""),
         str(associated.get("name")),
     )
+
+
+def _handover_hold(
+    observed: Observed, claim: Mapping[str, Any], context: PassContext | None
+) -> tuple[str, float] | None:
+    """(why, seconds left) while the new Service waits for the class's provisioning (see the module
+    docstring); None: create it now."""
+    if observed.provisioning < HANDOVER_HOLD_MIN_PROVISIONING or context is None:
+        return None
+    since = bound_since(claim)
+    if since is None:
+        return None
+    left = context.handover_hold_seconds - (context.now - since).total_seconds()
+    if left <= 0:
+        return None
+    class_name = (claim.get("status") or {}).get("className")
+    return (
+        f"claim {_meta(claim).get('name')} is Bound; its Service waits (at most "
+        f"{context.handover_hold_seconds:g}s) while {observed.provisioning} other claim(s) of class "
+        f"{class_name} are being provisioned, so that MetalLB does not give the address to one of them",
+        left,
+    )
+
+
+def bound_since(claim: Mapping[str, Any]) -> datetime | None:
+    """When the claim's ``Bound`` condition last turned True (None: unknown)."""
+    for c in (claim.get("status") or {}).get("conditions") or []:
+        if isinstance(c, Mapping) and c.get("type") == CLAIM_PHASE_BOUND and c.get("status") == TRUE:
+            try:
+                moment = datetime.fromisoformat(str(c.get("lastTransitionTime")))
+            except ValueError:
+                return None
+            return moment if moment.tzinfo is not None else None
+    return None
+
+
+def provisioning_class(claim: Mapping[str, Any]) -> str | None:
+    """The class a claim is being provisioned from: one resolved, neither Bound nor Lost, not being
+    deleted (None otherwise)."""
+    status = claim.get("status") or {}
+    if _deleting(claim) or status.get("phase") in (CLAIM_PHASE_BOUND, CLAIM_PHASE_LOST):
+        return None
+    name = status.get("className") or (claim.get("spec") or {}).get("className")
+    return str(name) if name else None
 
 
 def _claim_bound(claim: Mapping[str, Any]) -> bool:

@@ -20,7 +20,11 @@ from dataclasses import dataclass, field
 from typing import Final
 
 from operators.endpointattachment.api import COZY_PROXY
-from operators.endpointattachment.reconcile import ANNOUNCE_TIMEOUT_SECONDS, QUOTA_RETRY_SECONDS
+from operators.endpointattachment.reconcile import (
+    ANNOUNCE_TIMEOUT_SECONDS,
+    HANDOVER_HOLD_SECONDS,
+    QUOTA_RETRY_SECONDS,
+)
 from operators.endpointattachment.render import RenderSettings
 from shared.operator import RuntimeSettings, add_env_flag, add_runtime_flags, flag_bool, runtime_settings
 
@@ -45,6 +49,9 @@ class Settings:
     announce_timeout_seconds: float = ANNOUNCE_TIMEOUT_SECONDS
     # A Service refused for an exhausted quota is asked for again this often (quota frees unseen).
     quota_retry_seconds: float = QUOTA_RETRY_SECONDS
+    # A freshly Bound claim's Service waits at most this long while its class's other claims are
+    # being provisioned (the substrate's hand-over through MetalLB; 0: never waits).
+    handover_hold_seconds: float = HANDOVER_HOLD_SECONDS
 
     @property
     def render(self) -> RenderSettings:
@@ -75,6 +82,7 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
     )
     add_env_flag(parser, ENV_PREFIX, "announce-timeout-seconds", d.announce_timeout_seconds, float)
     add_env_flag(parser, ENV_PREFIX, "quota-retry-seconds", d.quota_retry_seconds, float)
+    add_env_flag(parser, ENV_PREFIX, "handover-hold-seconds", d.handover_hold_seconds, float)
     args = parser.parse_args(argv)
     return Settings(
         runtime=runtime_settings(args),
@@ -83,4 +91,5 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
         allocate_load_balancer_node_ports=args.allocate_load_balancer_node_ports,
         announce_timeout_seconds=args.announce_timeout_seconds,
         quota_retry_seconds=args.quota_retry_seconds,
+        handover_hold_seconds=args.handover_hold_seconds,
     )

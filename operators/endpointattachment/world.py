@@ -25,6 +25,7 @@ from operators.endpointattachment.api import (
     ATTACHMENT_KIND,
     ATTACHMENTS,
     CLAIM_ANNOTATION,
+    CLAIM_PHASE_BOUND,
     CLAIMS,
     CLASSES,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
@@ -43,7 +44,10 @@ from operators.endpointattachment.datapath import (
     uncached_rank,
 )
 from operators.endpointattachment.endpoint import resolve
-from operators.endpointattachment.reconcile import Observed
+from operators.endpointattachment.reconcile import (
+    Observed,
+    provisioning_class,
+)
 from operators.endpointattachment.render import RenderSettings, publish_ports
 from shared.lineage import application_of
 from shared.ownership import sole_controller
@@ -94,6 +98,8 @@ BY_SERVICE: Final = "service"
 BY_CLAIM_REF: Final = "claim-ref"
 # The class a claim resolved to (status.className, else spec.className).
 BY_CLASS: Final = "class"
+# The class of a claim the substrate is provisioning (``reconcile.provisioning_class``).
+PROVISIONING: Final = "provisioning"
 
 
 def _metadata(obj: Mapping[str, Any] | None) -> Mapping[str, Any]:
@@ -162,6 +168,11 @@ def _claim_class(obj: Obj) -> list[str]:
     return [str(name)] if name else []
 
 
+def _claim_provisioning(obj: Obj) -> list[str]:
+    name = provisioning_class(obj)
+    return [name] if name else []
+
+
 def _service_proxied(obj: Obj) -> list[bool]:
     return [True] if SERVICE_PROXY_NAME_LABEL in labels(obj) else []
 
@@ -187,9 +198,13 @@ INDEXERS: Final[Mapping[Resource, Mapping[str, Indexer]]] = {
         BY_NAMESPACE: _namespace,
         VM_MODE: _attachment_vm_mode,
     },
-    CLAIMS: {BY_CONTROLLER: _controller, BY_CLASS: _claim_class},
+    CLAIMS: {BY_CONTROLLER: _controller, BY_CLASS: _claim_class, PROVISIONING: _claim_provisioning},
     ADDRESSES: {BY_CLAIM_REF: _claim_ref},
-    SERVICES: {BY_CONTROLLER: _controller, BY_CLAIM_ANNOTATION: _claim_annotation, PROXIED: _service_proxied},
+    SERVICES: {
+        BY_CONTROLLER: _controller,
+        BY_CLAIM_ANNOTATION: _claim_annotation,
+        PROXIED: _service_proxied,
+    },
     ENDPOINT_SLICES: {BY_SERVICE: _slice_service},
     HELMRELEASES: {BY_APPLICATION: _release_application},
     PODS: {BY_NAMESPACE: _namespace},
@@ -322,6 +337,17 @@ class World:
         return self.classes.get(("", str(name))) if name else None
 
     # --- who is concerned ------------------------------------------------------------------------
+
+    def provisioning(self, class_name: str) -> frozenset[Key]:
+        """The claims of the class the substrate is provisioning."""
+        return self.claims.index_keys(PROVISIONING, class_name)
+
+    def provisioning_beside(self, claim: Mapping[str, Any] | None) -> int:
+        """How many other claims of a Bound claim's class are being provisioned (0 for any other)."""
+        status = (claim or {}).get("status") or {}
+        if claim is None or status.get("phase") != CLAIM_PHASE_BOUND or not status.get("className"):
+            return 0
+        return len(self.provisioning(str(status["className"])) - {key_of(claim)})
 
     def attachments_using(self, claim: Key) -> set[Key]:
         """The attachments referencing the claim, and the one controlling it (that minted it)."""
@@ -488,6 +514,7 @@ class World:
             addresses=self.addresses_of(claim),
             services=services,
             claim_users=self.claim_users(claim, attachment),
+            provisioning=self.provisioning_beside(claim),
             endpoint_slices=self.slices_of(namespace, spec.endpoint) if vm else (),
             rendered_endpoints=self.endpoints.get(key_of(live)) if vm and live is not None else None,
             rivals=self.proxied_services(namespace) if vm else (),

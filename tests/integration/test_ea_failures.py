@@ -61,6 +61,8 @@ from tests.support.waiting import eventually, quota_in_force, wait_for_object
 ENDPOINT: Final = "postgres-db-rw"
 # What a hoster's policy says when it refuses a Service (the attachment must carry these words).
 POLICY_MESSAGE: Final = "this platform publishes no database port 5432"
+NO_IPV6_MESSAGE: Final = "this platform offers no IPv6 load balancer"
+UNPROCESSABLE: Final = 422
 SAMPLE_QUOTA: Final = "config/samples/resourcequota.yaml"
 SAMPLES: Final = "config/samples/kustomization.yaml"
 # Short waits, so the tests see the bounded waits end (the defaults are a minute each).
@@ -164,15 +166,26 @@ async def test_an_unanswered_service_is_reported_after_the_bounded_wait_and_reco
 async def test_a_service_the_api_refuses_is_a_condition_not_a_retry_loop(
     kube: Kube, operator: RunningOperator, tenant: Tenant
 ) -> None:
-    """An IPv6 claim in this IPv4-only cluster: the API answers 422 to the rendered Service."""
+    """The API answers 422 (Invalid) to the rendered Service: here a hoster's policy that offers no
+    IPv6 load balancers (a cluster without an IPv6 Service CIDR answers the same way, in its own
+    words; this control plane is dual-stack)."""
     ns = tenant.namespace
-    await tenant.address_class("if-v6", "2001:db8:10::/124")
+    await tenant.policy(
+        "if-no-ipv6",
+        [{"apiGroups": [""], "apiVersions": ["v1"], "operations": ["CREATE"], "resources": ["services"]}],
+        "object.spec.type != 'LoadBalancer' || !has(object.spec.ipFamilies)"
+        " || !('IPv6' in object.spec.ipFamilies)",
+        NO_IPV6_MESSAGE,
+        reason="Invalid",
+    )
+    await eventually(lambda: _refuses_ipv6(kube, ns), what="the policy in force")
+    await tenant.address_class("if-v6", "2001:db8:10::10/124")
     await tenant.app_with_endpoint()
     await tenant.attachment("six", ENDPOINT, class_name="if-v6", family="IPv6")
     refused = await wait_attachment(kube, ns, "six", provisioned_false("RenderFailed"), operator)
     said = message(refused, CONDITION_PROVISIONED)
     assert said.startswith("the API refused to create the Service:"), said
-    assert "IPv6" in said, said  # the API's own words
+    assert NO_IPV6_MESSAGE in said, said  # the API's own words
     [address] = addresses(refused)
     assert address.startswith("2001:db8:10::")
     assert await tenant.service_of(refused) is None
@@ -231,6 +244,21 @@ async def test_a_policy_refusal_carries_its_message_and_a_changed_input_is_sent_
     service = await tenant.service_of(accepted)
     assert service is not None
     assert [p["port"] for p in service["spec"]["ports"]] == [6432]
+
+
+async def _refuses_ipv6(kube: Kube, namespace: str) -> bool:
+    """Whether the no-IPv6 policy refuses an IPv6 LoadBalancer Service yet, as Invalid (422)."""
+    probe = {
+        "apiVersion": "v1",
+        "kind": "Service",
+        "metadata": {"name": "policy-probe"},
+        "spec": {"type": "LoadBalancer", "ipFamilies": ["IPv6"], "ports": [{"port": 5432}]},
+    }
+    try:
+        await kube.request("POST", SERVICES.path(namespace), body=probe, params={"dryRun": "All"})
+    except ApiError as error:
+        return error.status == UNPROCESSABLE and NO_IPV6_MESSAGE in error.message
+    return False
 
 
 async def _policy_refuses(kube: Kube, namespace: str) -> bool:

@@ -34,6 +34,7 @@ from typing import Any, Final
 
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
+from hack.substrate import PLACEHOLDER_NAMESPACE
 from operators.endpointattachment.api import ATTACHMENTS as ATTACHMENTS
 from shared.kube import NO_ANSWER, Kube, Obj
 from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
@@ -97,8 +98,8 @@ PENDING: Final = "Pending"
 ANSWER_TIMEOUT: Final = 40.0
 # What a test waits for the cleanup of its world before it gives up waiting (and forces it).
 CLEANUP_TIMEOUT: Final = 20.0
-# The namespace a silenced pool serves: none exists, so MetalLB answers no Service from that pool.
-NOBODY_NAMESPACE: Final = "example-no-such-namespace"
+# The one namespace a silenced pool serves: the driver's placeholders are there (so a claim still
+# binds: the real driver draws its addresses through MetalLB), a tenant's Services are not.
 POLICIES: Final = Resource("admissionregistration.k8s.io/v1", "validatingadmissionpolicies", namespaced=False)
 POLICY_BINDINGS: Final = Resource(
     "admissionregistration.k8s.io/v1", "validatingadmissionpolicybindings", namespaced=False
@@ -444,16 +445,16 @@ def claim_body(name: str, class_name: str | None = None, family: str | None = No
 
 def pool_body(name: str, cidrs: Sequence[str], *, silent: bool = False) -> Obj:
     """The MetalLB IPAddressPool the substrate's driver renders for class ``name`` (same spec, so the
-    model finds it as it wants it and leaves it); ``silent``: restricted to a namespace that does not
-    exist, so MetalLB refuses every Service the pinned address is asked for (a load balancer that
-    never answers)."""
+    driver finds it as it wants it and leaves it); ``silent``: restricted to the driver's placeholder
+    namespace, so MetalLB refuses every tenant Service the pinned address is asked for (a load
+    balancer that never answers)."""
     spec: Obj = {
         "addresses": [str(ipaddress.ip_network(c, strict=False)) for c in cidrs],
         "autoAssign": False,
         "avoidBuggyIPs": False,
     }
     if silent:
-        spec["serviceAllocation"] = {"namespaces": [NOBODY_NAMESPACE]}
+        spec["serviceAllocation"] = {"namespaces": [PLACEHOLDER_NAMESPACE]}
     return {
         "apiVersion": POOLS.api_version,
         "kind": "IPAddressPool",
@@ -559,13 +560,22 @@ class Tenant:
             "merge",
         )
 
-    async def policy(self, name: str, rules: Sequence[Mapping[str, Any]], expression: str, said: str) -> None:
+    async def policy(
+        self,
+        name: str,
+        rules: Sequence[Mapping[str, Any]],
+        expression: str,
+        said: str,
+        *,
+        reason: str = "Forbidden",
+    ) -> None:
         """A ValidatingAdmissionPolicy (as a hoster's webhook or policy would) bound to this namespace:
-        it refuses, with 403 and ``said``, the requests ``rules`` match whose ``expression`` is false
-        (removed at cleanup; a test waits for it in force with a probe of its own)."""
+        it refuses, with ``said`` (403 Forbidden, or 422 for ``reason`` Invalid), the requests
+        ``rules`` match whose ``expression`` is false (removed at cleanup; a test waits for it in force
+        with a probe of its own)."""
         name = f"{name}-{self.namespace}"[:63]
         group = "admissionregistration.k8s.io/v1"
-        validation = {"expression": expression, "message": said, "reason": "Forbidden"}
+        validation = {"expression": expression, "message": said, "reason": reason}
         policy = {
             "apiVersion": group,
             "kind": "ValidatingAdmissionPolicy",
