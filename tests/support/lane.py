@@ -60,10 +60,13 @@ def _kubeconfig_of(kube: Kube) -> str:
 
 
 @contextlib.asynccontextmanager
-async def address_substrate(kube: Kube, log_dir: Path | None = None) -> AsyncIterator[Substrate]:
-    """The lane's substrate following the cluster for the duration (its CRDs and MetalLB's must be
-    installed); on the model lane, its first pass done."""
-    if lane() == "real":
+async def address_substrate(
+    kube: Kube, log_dir: Path | None = None, *, on: Lane | None = None
+) -> AsyncIterator[Substrate]:
+    """The lane's substrate (``on``: that lane, whatever the environment says) following the cluster
+    for the duration (its CRDs and MetalLB's must be installed); on the model lane, its first pass
+    done."""
+    if (on or lane()) == "real":
         directory = log_dir or Path(tempfile.mkdtemp(prefix="substrate-"))
         async with real_substrate(kube, _kubeconfig_of(kube), directory) as real:
             yield Substrate("real", real=real)
