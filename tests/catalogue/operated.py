@@ -424,9 +424,6 @@ row(
         two, CLAIM_PENDING, check=lambda obj, ctx: service_of(ctx, obj) is None, check_says="nothing rendered"
     ),
 )
-v6 = address_class("cat-v6", ["2001:db8:ca7::/120"])
-a = attachment("cat-v6-in-v4-cluster", class_name="cat-v6", family="IPv6")
-row("conditioned", "ea-ipv6-in-an-ipv4-only-cluster", G, [create(v6), create(a)], about(a, RENDER_FAILED))
 
 # --- The VM modes where the platform declares no cozy-proxy contract (the address group's operator) --
 

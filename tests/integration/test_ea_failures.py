@@ -7,8 +7,9 @@ One test per case:
   pool's ``serviceAllocation``): ``WaitingForAddress``, then ``AddressNotAnnounced`` after the
   bounded wait, the ``not_provisioned_since`` gauge, and ``Provisioned`` once MetalLB answers;
 * the API refusing the rendered Service, ``RenderFailed`` with the API's own words: 422 (an IPv6
-  Service in this IPv4-only cluster), 403 from an admission policy (sent again once what it is
-  rendered from changes) and 403 from an exhausted ResourceQuota (tried again once the quota frees);
+  Service refused by a hoster's policy answering Invalid), 403 from an admission policy (sent again
+  once what it is rendered from changes) and 403 from an exhausted ResourceQuota (tried again once
+  the quota frees);
 * deletion order: the attachment goes only after its rendered Service is gone from the API, and its
   minted claim after it (garbage collection);
 * owner references under the OwnerReferencesPermissionEnforcement admission plugin (the local control
