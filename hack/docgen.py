@@ -454,7 +454,9 @@ OUTCOMES: Final = (
         "False",
         "WaitingForAddress",
         "The Service is rendered and waits for the load balancer to put the claim's addresses in "
-        "its ingress (seconds).",
+        "its ingress (seconds); or, during a burst of new claims of its class, the Service of a claim "
+        "just bound waits (at most --handover-hold-seconds) until they are provisioned, as the "
+        "message says.",
         "Wait; after the announce timeout the reason becomes AddressNotAnnounced.",
         who="tenant",
     ),

@@ -1,7 +1,8 @@
 """Scenario ``attach``: many EndpointAttachments converge to Provisioned, against the same claims
 and LoadBalancer Services made by hand.
 
-The addresses come from the address substrate: its real CRDs, and the documented model of its
+The addresses come from the address substrate: its real CRDs, and its real controllers when
+``COZY_SUBSTRATE_BIN`` names them (``hack/substrate.py``), else the documented model of its
 controllers (``tests.support.substrate``: the core binds claims, the MetalLB driver renders one
 ``IPAddressPool`` per class and pins a bound claim's addresses on the Service naming it). The load
 balancer is MetalLB's real controller (``hack.metallb``); a watch (``streams.BalancerWatch``) records
@@ -79,8 +80,9 @@ from shared.lineage import (
     ApplicationRef,
 )
 from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
+from tests.support.lane import address_substrate
 from tests.support.operators import RunningOperator, operator_process
-from tests.support.substrate import METALLB_PROVISIONER, substrate
+from tests.support.substrate import METALLB_PROVISIONER
 from tests.support.waiting import wait_for_object
 
 NAMESPACE = "bench-ea"
@@ -467,7 +469,10 @@ async def run(
     say: Callable[[str], None],
 ) -> AttachResult:
     kube = await Kube.connect(kubeconfig)
-    async with metallb(kube, kubeconfig, log_path.parent / "metallb.log") as balancer, substrate(kube):
+    async with (
+        metallb(kube, kubeconfig, log_path.parent / "metallb.log") as balancer,
+        address_substrate(kube),
+    ):
         endpoints = await install_world(kube, options)
         for pool in (CLASS_NAME, BASELINE_CLASS):
             await balancer.wait_for_pool(pool_name(pool))

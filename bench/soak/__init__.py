@@ -46,9 +46,9 @@ from bench.soak import analysis, churn, memwhere
 from hack.devcluster import LocalControlPlane
 from operators.endpointattachment.api import ATTACHMENTS
 from shared.kube import Kube
+from tests.support.lane import address_substrate
 from tests.support.loadbalancer import load_balancer
 from tests.support.operators import RunningOperator, operator_process
-from tests.support.substrate import substrate
 from tests.support.waiting import eventually
 
 OPERATORS = {"gpuclass": "operators.gpuclass", "endpointattachment": "operators.endpointattachment"}
@@ -222,8 +222,8 @@ async def _run(
                     operator_process(module, kubeconfig, args, workdir / f"{name}-operator.log", env)
                 )
             await stack.enter_async_context(load_balancer(kube))
-            # The address substrate's controllers, played by its model (they cannot be built here).
-            await stack.enter_async_context(substrate(kube))
+            # The address substrate's controllers: the real ones when named, else its model.
+            await stack.enter_async_context(address_substrate(kube))
             for name, op in operators.items():
                 await _wait_ready(name, op, READY_SECONDS)
             say(

@@ -69,7 +69,6 @@ from operators.endpointattachment.api import (
 )
 from operators.endpointattachment.datapath import programmed_backends, ready_backends, reprogram_token
 from operators.endpointattachment.metrics import WorldCollector
-from operators.endpointattachment.reasons import CONDITION_PROVISIONED, REASON_WAITING_FOR_ADDRESS
 from operators.endpointattachment.reconcile import (
     HANDOVER_HOLD_MIN_PROVISIONING,
     PassContext,
@@ -89,6 +88,7 @@ from operators.endpointattachment.world import (
     BY_ENDPOINT,
     BY_NAMESPACE,
     CACHES,
+    HELD_BACK,
     SUBSTRATE,
     World,
     controller_attachment_uid,
@@ -174,33 +174,22 @@ def attachments_of_address(caches: Caches, address: Obj) -> set[Key]:
 
 def attachments_held_for_class(caches: Caches, claim: Obj) -> set[Key]:
     """Once the burst of claims of the claim's class being provisioned has passed: the attachments whose
-    Service the hand-over hold keeps back (a Bound claim of that class, no Service of theirs yet,
-    waiting for an address), so that they render now instead of when their hold runs out."""
+    Service the hand-over hold keeps back (waiting for an address with no Service named, their claim
+    a Bound one of that class), so that they render now instead of when their hold runs out."""
     world = World(caches)
     status, spec = claim.get("status") or {}, claim.get("spec") or {}
     class_name = status.get("className") or spec.get("className")
     if not class_name or len(world.provisioning(str(class_name))) >= HANDOVER_HOLD_MIN_PROVISIONING:
         return set()
     held: set[Key] = set()
-    for key in world.claims.index_keys(BY_CLASS, str(class_name)):
-        found = world.claims.get(key)
-        if found is None or provisioning_class(found) is not None:
+    for key in world.attachments.index_keys(HELD_BACK, True):
+        attachment = world.attachments.get(key)
+        mine = world.claim_for(attachment)[0] if attachment is not None else None
+        if mine is None or provisioning_class(mine) is not None or world.services_of(attachment or {}):
             continue
-        owner = world.attachment_controlling(found)
-        for candidate in world.attachments_using(key) | ({owner} if owner is not None else set()):
-            attachment = world.attachments.get(candidate)
-            if attachment is not None and _waiting(attachment) and not world.services_of(attachment):
-                held.add(candidate)
+        if (mine.get("status") or {}).get("className") == class_name:
+            held.add(key)
     return held
-
-
-def _waiting(attachment: Obj) -> bool:
-    conditions = (attachment.get("status") or {}).get("conditions") or []
-    return any(
-        c.get("type") == CONDITION_PROVISIONED and c.get("reason") == REASON_WAITING_FOR_ADDRESS
-        for c in conditions
-        if isinstance(c, Mapping)
-    )
 
 
 def provisioning_ended(old: Obj | None, new: Obj | None) -> bool:

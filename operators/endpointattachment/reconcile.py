@@ -592,7 +592,10 @@ def _handover_hold(
     since = bound_since(claim)
     if since is None:
         return None
-    left = context.handover_hold_seconds - (context.now - since).total_seconds()
+    # Never past the hold, whatever the substrate's clock said of ``since``.
+    left = min(
+        context.handover_hold_seconds - (context.now - since).total_seconds(), context.handover_hold_seconds
+    )
     if left <= 0:
         return None
     class_name = (claim.get("status") or {}).get("className")
