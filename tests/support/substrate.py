@@ -89,7 +89,12 @@ Decides (the MetalLB driver, ``METALLB_PROVISIONER``; only classes naming it):
 Does not: write a Service's status (real MetalLB assigns the pinned address to
 ``status.loadBalancer.ingress``); let MetalLB choose an IP (the real driver creates its placeholder
 unpinned and pins it once an IP is chosen; the model chooses and creates it pinned, and knows of no
-IP held in MetalLB's books but by its own placeholders); model the address finalizers (addresses
+IP held in MetalLB's books but by its own placeholders), so it never shows the real driver's worst
+cases: MetalLB giving a hand-over's freed address to a claim being provisioned (``LedgerMismatch``,
+the pin refused, MetalLB's and the driver's backoff: a burst of claims is fast on the model lane
+only), a ``Delete`` unpin racing the driver's own re-pin, or an IPv6 address ending in ``::`` whose
+``ip-...--`` name no label may carry (the real claim stays Pending; the model names it exploded);
+model the address finalizers (addresses
 are deleted outright), ``spec.addressName`` pre-binding, static (``providerRef``) addresses, the
 ``Conflict`` phase, or the substrate's own admission.
 
