@@ -252,7 +252,11 @@ def address_class(name: str, network: str, prefix: int) -> Obj:
         "apiVersion": API_VERSION,
         "kind": "IPAddressClass",
         "metadata": {"name": name},
-        "spec": {"provisioner": METALLB_PROVISIONER, "parameters": {"addresses": [f"{network}/{prefix}"]}},
+        "spec": {
+            "provisioner": METALLB_PROVISIONER,
+            "reclaimPolicy": "Delete",  # a deleted claim frees its address in MetalLB (no placeholder)
+            "parameters": {"addresses": [f"{network}/{prefix}"]},
+        },
     }
 
 
@@ -561,9 +565,12 @@ async def _measure(
         with contextlib.suppress(asyncio.CancelledError, ApiError):
             await baseline_watch
     # MetalLB reprocesses every Service after each new allocation: both phases must run beside as many.
-    say("attach: deleting the baseline's Services; MetalLB releases their addresses")
+    # A claim's address outlives its Service (the driver's placeholder holds it): the claims go too,
+    # and their class reclaims with Delete, so MetalLB releases every address.
+    say("attach: deleting the baseline's Services and claims; MetalLB releases their addresses")
     for name in ["base-warmup", *base.driven.created_at]:
         await kube.delete(SERVICES.path(NAMESPACE, name))
+        await kube.delete(CLAIMS.path(NAMESPACE, name))
     await balancer.wait_for_pool(pool_name(BASELINE_CLASS), WARMUP_TIMEOUT, assigned=0)
 
     say(f"attach: {count:,} EndpointAttachments, {options.in_flight} in flight")
