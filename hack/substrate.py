@@ -13,7 +13,8 @@ Decides:
   ``--leader-elect=false``, metrics off, a free health port each, ready when ``/readyz`` answers, their
   logs in files, killed with their parent; the driver's placeholders in ``PLACEHOLDER_NAMESPACE``;
 - the driver's identity: its own ServiceAccount (``DRIVER_USERNAME``, kubebuilder's default names,
-  which the shipped rendered-Services admission policy exempts for its pin), bound to
+  which the shipped rendered-Services admission policy exempts for its pin: a unit test holds the
+  two to the same name), bound to
   ``cluster-admin`` here (the test world has no use for the driver's own narrower role).
 
 Does not: install the substrate's CRDs (a hoster does; the caller applies them), create classes,
@@ -35,8 +36,8 @@ import httpx
 from hack.identity import serviceaccount_kubeconfig
 from hack.metallb import NAMESPACE as METALLB_NAMESPACE
 from hack.metallb import die_with_parent, free_port
-from shared.kube import ApiError, Kube, Obj
-from shared.resources import NAMESPACES, SERVICE_ACCOUNTS, Resource
+from shared.kube import Kube
+from shared.resources import CLUSTER_ROLE_BINDINGS, NAMESPACES, SERVICE_ACCOUNTS
 
 # Names a directory holding both binaries: the real lane.
 SUBSTRATE_BIN_ENV: Final = "COZY_SUBSTRATE_BIN"
@@ -46,9 +47,6 @@ DRIVER: Final = "metallb-iad"
 PLACEHOLDER_NAMESPACE: Final = "metallb-iad-system"
 DRIVER_SERVICE_ACCOUNT: Final = "metallb-iad-controller-manager"
 DRIVER_USERNAME: Final = f"system:serviceaccount:{PLACEHOLDER_NAMESPACE}:{DRIVER_SERVICE_ACCOUNT}"
-CLUSTER_ROLE_BINDINGS: Final = Resource(
-    "rbac.authorization.k8s.io/v1", "clusterrolebindings", namespaced=False
-)
 # The driver renders one MetalLB IPAddressPool per class, named with this prefix.
 POOL_PREFIX: Final = "iad-"
 FIELD_MANAGER: Final = "cozystack-hoster"
@@ -56,7 +54,6 @@ READY_TIMEOUT_SECONDS: Final = 60.0
 POLL_SECONDS: Final = 0.1
 # The driver's token outlives any run here (a soak is 20 minutes).
 TOKEN_SECONDS: Final = 6 * 3600
-CONFLICT: Final = 409
 
 Lane = Literal["model", "real"]
 
@@ -101,20 +98,17 @@ class RealSubstrate:
         return "\n".join(tails)
 
 
-async def _create(kube: Kube, path: str, body: Obj) -> None:
-    try:
-        await kube.create(path, body)
-    except ApiError as error:
-        if error.status != CONFLICT:
-            raise
-
-
 async def driver_kubeconfig(kube: Kube, admin_kubeconfig: str, path: Path) -> str:
     """The driver's namespace and ServiceAccount (bound to cluster-admin) and a kubeconfig as it."""
     namespace = {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": PLACEHOLDER_NAMESPACE}}
-    await _create(kube, NAMESPACES.path(), namespace)
-    account = {"apiVersion": "v1", "kind": "ServiceAccount", "metadata": {"name": DRIVER_SERVICE_ACCOUNT}}
-    await _create(kube, SERVICE_ACCOUNTS.path(PLACEHOLDER_NAMESPACE), account)
+    await kube.apply(NAMESPACES.path(name=PLACEHOLDER_NAMESPACE), namespace, FIELD_MANAGER)
+    account = {
+        "apiVersion": "v1",
+        "kind": "ServiceAccount",
+        "metadata": {"name": DRIVER_SERVICE_ACCOUNT, "namespace": PLACEHOLDER_NAMESPACE},
+    }
+    path_of_account = SERVICE_ACCOUNTS.path(PLACEHOLDER_NAMESPACE, DRIVER_SERVICE_ACCOUNT)
+    await kube.apply(path_of_account, account, FIELD_MANAGER)
     binding = {
         "apiVersion": CLUSTER_ROLE_BINDINGS.api_version,
         "kind": "ClusterRoleBinding",

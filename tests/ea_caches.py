@@ -14,15 +14,21 @@ from collections.abc import Iterable, Mapping
 from typing import Any, Final
 
 import jsonpatch
+import pytest
+from opentelemetry.trace import NoOpTracerProvider
+from prometheus_client import CollectorRegistry
 
 from operators.endpointattachment.api import ADDRESSES, ATTACHMENTS, CLAIMS, CLASSES
+from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER
 from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import World, empty_stores
 from shared.kube import ApiError
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES, Resource
-from shared.runtime.cache import Obj, key_of
-from shared.runtime.controller import StaticCaches
+from shared.runtime.cache import Key, Obj, key_of
+from shared.runtime.controller import Controller, Result, StaticCaches
+from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.served import CRDS, crd_name
+from shared.telemetry.tracing import Tracing
 from tests.ea_builders import CREATED
 from tests.support.mergepatch import merge_patch
 
@@ -160,3 +166,41 @@ class RecordingWriter:
         self.calls.append(("unfinalize", resource.plural, obj["metadata"]["name"]))
         self.caches.store(resource).delete(key_of(obj))  # being deleted, its last finalizer gone
         return None
+
+
+class Idle:
+    """A reconciler that is never called: tests of what a change enqueues look at the queue only."""
+
+    async def reconcile(self, key: Key) -> Result:
+        raise AssertionError(f"no reconcile expected, got {key}")
+
+
+def enqueued(
+    caches: StaticCaches,
+    resource: Resource,
+    old: Obj | None,
+    new: Obj | None,
+    monkeypatch: pytest.MonkeyPatch,
+) -> set[Key]:
+    """The keys the operator's controller enqueues when ``resource`` changes from ``old`` to ``new``
+    (``caches`` holds ``old``; the store takes the change first, as an informer does)."""
+    store = caches.store(resource)
+    if new is not None:
+        store.upsert(new)
+    elif old is not None:
+        store.delete(key_of(old))
+    registry = CollectorRegistry()
+    running = Controller(
+        ATTACHMENT_CONTROLLER,
+        Idle(),
+        caches,
+        metrics=ControllerMetrics(registry),
+        queue_metrics=QueueMetrics(registry),
+        tracing=Tracing(NoOpTracerProvider(), "test"),
+    )
+    keys: set[Key] = set()
+    monkeypatch.setattr(running, "enqueue", lambda key, *_: keys.add(key))  # the key; not what changed
+    for handled, handler in running.handlers():
+        if handled == resource:
+            handler(old, new)
+    return keys

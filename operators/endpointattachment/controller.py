@@ -91,6 +91,7 @@ from operators.endpointattachment.world import (
     HELD_BACK,
     SUBSTRATE,
     World,
+    claim_class_name,
     controller_attachment_uid,
     labels,
 )
@@ -177,17 +178,16 @@ def attachments_held_for_class(caches: Caches, claim: Obj) -> set[Key]:
     Service the hand-over hold keeps back (waiting for an address with no Service named, their claim
     a Bound one of that class), so that they render now instead of when their hold runs out."""
     world = World(caches)
-    status, spec = claim.get("status") or {}, claim.get("spec") or {}
-    class_name = status.get("className") or spec.get("className")
-    if not class_name or len(world.provisioning(str(class_name))) >= HANDOVER_HOLD_MIN_PROVISIONING:
+    class_name = claim_class_name(claim)
+    if class_name is None or len(world.provisioning(class_name)) >= HANDOVER_HOLD_MIN_PROVISIONING:
         return set()
     held: set[Key] = set()
     for key in world.attachments.index_keys(HELD_BACK, True):
         attachment = world.attachments.get(key)
-        mine = world.claim_for(attachment)[0] if attachment is not None else None
-        if mine is None or provisioning_class(mine) is not None or world.services_of(attachment or {}):
+        if attachment is None or world.services_of(attachment):
             continue
-        if (mine.get("status") or {}).get("className") == class_name:
+        mine = world.claim_for(attachment)[0]
+        if mine is not None and provisioning_class(mine) is None and claim_class_name(mine) == class_name:
             held.add(key)
     return held
 

@@ -45,10 +45,7 @@ from operators.endpointattachment.datapath import (
 )
 from operators.endpointattachment.endpoint import resolve
 from operators.endpointattachment.reasons import CONDITION_PROVISIONED, REASON_WAITING_FOR_ADDRESS
-from operators.endpointattachment.reconcile import (
-    Observed,
-    provisioning_class,
-)
+from operators.endpointattachment.reconcile import Observed, provisioning_class
 from operators.endpointattachment.render import RenderSettings, publish_ports
 from shared.lineage import application_of
 from shared.ownership import sole_controller
@@ -167,9 +164,15 @@ def _claim_annotation(obj: Obj) -> list[Key]:
     return [(key_of(obj)[0], str(claim))] if claim else []
 
 
+def claim_class_name(claim: Mapping[str, Any]) -> str | None:
+    """The class a claim resolved to (``status.className``), else the one it asks for."""
+    name = (claim.get("status") or {}).get("className") or (claim.get("spec") or {}).get("className")
+    return str(name) if name else None
+
+
 def _claim_class(obj: Obj) -> list[str]:
-    name = (obj.get("status") or {}).get("className") or (obj.get("spec") or {}).get("className")
-    return [str(name)] if name else []
+    name = claim_class_name(obj)
+    return [name] if name else []
 
 
 def _attachment_held_back(obj: Obj) -> list[bool]:
@@ -218,11 +221,7 @@ INDEXERS: Final[Mapping[Resource, Mapping[str, Indexer]]] = {
     },
     CLAIMS: {BY_CONTROLLER: _controller, BY_CLASS: _claim_class, PROVISIONING: _claim_provisioning},
     ADDRESSES: {BY_CLAIM_REF: _claim_ref},
-    SERVICES: {
-        BY_CONTROLLER: _controller,
-        BY_CLAIM_ANNOTATION: _claim_annotation,
-        PROXIED: _service_proxied,
-    },
+    SERVICES: {BY_CONTROLLER: _controller, BY_CLAIM_ANNOTATION: _claim_annotation, PROXIED: _service_proxied},
     ENDPOINT_SLICES: {BY_SERVICE: _slice_service},
     HELMRELEASES: {BY_APPLICATION: _release_application},
     PODS: {BY_NAMESPACE: _namespace},

@@ -23,7 +23,6 @@ Fencing which address a tenant's own Service may ask for is the substrate's, not
 
 from __future__ import annotations
 
-import asyncio
 import contextlib
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
@@ -50,7 +49,7 @@ from shared.resources import (
 )
 from tests.ea_builders import lineage_labels
 from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import apply_all, load
+from tests.support.manifests import apply_all, load, policies_installed
 from tests.support.substrate import CLAIM_ANNOTATION, CLAIMS, METALLB_IPS_ANNOTATION, PINNED_MARKER
 from tests.support.waiting import eventually, wait_for_object
 
@@ -90,7 +89,6 @@ RENDERER_RULES: Final = [
 ATTACHMENT_LABEL: Final = "cozystack.io/endpoint-attachment"
 # Every policy message comes through the API server with this prefix: the refusal is the policy's.
 POLICY_REFUSAL: Final = "ValidatingAdmissionPolicy"
-KUBECTL_TIMEOUT: Final = 120.0
 # The RBAC authorizer and the policies' informers learn of new objects shortly after they are made.
 PROPAGATION_SECONDS: Final = 60.0
 CLEANUP_SECONDS: Final = 90.0
@@ -122,39 +120,6 @@ def suffix() -> str:
 
 
 # --- the cluster pieces ---------------------------------------------------------------------------
-
-
-async def kubectl(cluster: ClusterInfo, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        cluster.kubectl,
-        "--kubeconfig",
-        cluster.kubeconfig,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout=KUBECTL_TIMEOUT)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise AssertionError(f"kubectl {' '.join(args)} took over {KUBECTL_TIMEOUT}s") from None
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
-
-
-@contextlib.asynccontextmanager
-async def policies_installed(cluster: ClusterInfo, *directories: str) -> AsyncIterator[None]:
-    """``kubectl apply -k`` each directory (as a hoster would); deleted again on the way out, so the
-    rest of the suite runs without them."""
-    try:
-        for directory in directories:
-            code, out, err = await kubectl(cluster, "apply", "-k", directory)
-            assert code == 0, f"kubectl apply -k {directory}:\n{out}\n{err}"
-        yield
-    finally:
-        for directory in reversed(directories):
-            await kubectl(cluster, "delete", "--ignore-not-found", "-k", directory)
 
 
 async def refusal(call: Awaitable[Any]) -> ApiError | None:

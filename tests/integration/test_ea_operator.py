@@ -71,7 +71,7 @@ from tests.support.ea_cluster import (
     wait_attachment,
 )
 from tests.support.lane import address_substrate
-from tests.support.manifests import apply_all, load
+from tests.support.manifests import apply_all, load, policies_installed
 from tests.support.operators import RunningOperator
 from tests.support.otlp import attributes, otlp_receiver
 from tests.support.substrate import METALLB_IPS_ANNOTATION
@@ -760,9 +760,7 @@ async def test_the_shipped_admission_policy_lets_the_drivers_pin_through(
     substrate's driver pins the rendered Service (its address annotation and its marker, one Update,
     as its own ServiceAccount) and the attachment is Attached; the policy still refuses anyone else's
     pin. Before the policy exempted the driver's marker, no attachment ever got its address here."""
-    code, out = await kubectl(cluster, "apply", "-k", ADMISSION_DIR)
-    assert code == 0, out
-    try:
+    async with policies_installed(cluster, ADMISSION_DIR):
         await tenant.address_class("it-policy", "198.51.100.136/29")
         endpoint = await tenant.app_with_endpoint()
         probe = {
@@ -801,22 +799,6 @@ async def test_the_shipped_admission_policy_lets_the_drivers_pin_through(
         with pytest.raises(ApiError) as refused:
             await kube.patch(SERVICES.path(tenant.namespace, service["metadata"]["name"]), pin, "merge")
         assert refused.value.status == FORBIDDEN
-    finally:
-        await kubectl(cluster, "delete", "--ignore-not-found", "-k", ADMISSION_DIR)
-
-
-async def kubectl(cluster: ClusterInfo, *args: str) -> tuple[int, str]:
-    process = await asyncio.create_subprocess_exec(
-        cluster.kubectl,
-        "--kubeconfig",
-        cluster.kubeconfig,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.STDOUT,
-    )
-    out, _ = await process.communicate()
-    assert process.returncode is not None
-    return process.returncode, out.decode()
 
 
 async def test_ipv6_and_dual_attachments_are_attached_with_every_family(

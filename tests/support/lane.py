@@ -21,6 +21,7 @@ from typing import Final
 
 from hack.substrate import Lane, RealSubstrate, driver_kubeconfig, lane, pool_name, real_substrate
 from shared.kube import Kube
+from tests.support.loadbalancer import kubeconfig_of
 from tests.support.substrate import SubstrateModel, substrate
 
 # How long the model may take to reach its fixed point after a test's last write.
@@ -55,10 +56,6 @@ class Substrate:
         return "\n".join(self.model.log[-20:]) if self.model is not None else ""
 
 
-def _kubeconfig_of(kube: Kube) -> str:
-    return str(kube.api.auth.kubeconfig.path)
-
-
 @contextlib.asynccontextmanager
 async def address_substrate(
     kube: Kube, log_dir: Path | None = None, *, on: Lane | None = None
@@ -68,13 +65,13 @@ async def address_substrate(
     done."""
     if (on or lane()) == "real":
         directory = log_dir or Path(tempfile.mkdtemp(prefix="substrate-"))
-        async with real_substrate(kube, _kubeconfig_of(kube), directory) as real:
+        async with real_substrate(kube, kubeconfig_of(kube), directory) as real:
             yield Substrate("real", real=real)
         return
     # The model writes as the driver does, under the driver's identity (the admission policy's).
     directory = log_dir or Path(tempfile.mkdtemp(prefix="substrate-"))
     driver = await Kube.connect(
-        await driver_kubeconfig(kube, _kubeconfig_of(kube), directory / "driver.kubeconfig")
+        await driver_kubeconfig(kube, kubeconfig_of(kube), directory / "driver.kubeconfig")
     )
     try:
         async with substrate(driver) as model:

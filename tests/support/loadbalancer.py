@@ -48,7 +48,7 @@ async def load_balancer_session() -> AsyncIterator[None]:
             _session = None
 
 
-def _kubeconfig_of(kube: Kube) -> str:
+def kubeconfig_of(kube: Kube) -> str:
     """The kubeconfig file ``kube`` was connected with (MetalLB reads the same credentials)."""
     return str(kube.api.auth.kubeconfig.path)
 
@@ -59,13 +59,13 @@ async def load_balancer(kube: Kube, kubeconfig: str | None = None) -> AsyncItera
     session = _session
     if session is None:
         log = Path(tempfile.mkdtemp(prefix="metallb-")) / "metallb.log"
-        async with metallb(kube, kubeconfig or _kubeconfig_of(kube), log) as running:
+        async with metallb(kube, kubeconfig or kubeconfig_of(kube), log) as running:
             yield running
         return
     async with session.lock:
         if session.running is None or not session.running.running():
             session.running = await session.stack.enter_async_context(
-                metallb(kube, kubeconfig or _kubeconfig_of(kube), session.log_dir / "metallb.log")
+                metallb(kube, kubeconfig or kubeconfig_of(kube), session.log_dir / "metallb.log")
             )
         running = session.running
     yield running

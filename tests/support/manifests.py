@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+import asyncio
+import contextlib
+from collections.abc import AsyncIterator, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Final
 
 import yaml
 
+from hack.devcluster import ClusterInfo
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
 from shared.resources import (
@@ -24,6 +27,7 @@ from tests.support.waiting import wait_for_object
 
 ROOT = Path(__file__).resolve().parents[2]
 FIELD_MANAGER = "cozystack-tests"
+KUBECTL_TIMEOUT: Final = 120.0
 
 RESOURCES_BY_KIND: dict[str, Resource] = {
     "CustomResourceDefinition": CRDS,
@@ -70,3 +74,38 @@ async def delete_crd(kube: Kube, name: str) -> None:
     """Delete a CRD and wait until the API no longer serves it."""
     await kube.delete(CRDS.path(name=name))
     await wait_for_object(kube, CRDS, name, lambda crd: crd is None, what=f"CRD {name} gone", timeout=60)
+
+
+async def kubectl(cluster: ClusterInfo, *args: str) -> tuple[int, str, str]:
+    """``kubectl`` against the cluster, from the repository's root: (exit code, stdout, stderr)."""
+    process = await asyncio.create_subprocess_exec(
+        cluster.kubectl,
+        "--kubeconfig",
+        cluster.kubeconfig,
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        cwd=ROOT,
+    )
+    try:
+        out, err = await asyncio.wait_for(process.communicate(), timeout=KUBECTL_TIMEOUT)
+    except TimeoutError:
+        process.kill()
+        await process.wait()
+        raise AssertionError(f"kubectl {' '.join(args)} took over {KUBECTL_TIMEOUT}s") from None
+    assert process.returncode is not None
+    return process.returncode, out.decode(), err.decode()
+
+
+@contextlib.asynccontextmanager
+async def policies_installed(cluster: ClusterInfo, *directories: str) -> AsyncIterator[None]:
+    """``kubectl apply -k`` each directory (as a hoster would); deleted again on the way out, so the
+    rest of the suite runs without them."""
+    try:
+        for directory in directories:
+            code, out, err = await kubectl(cluster, "apply", "-k", directory)
+            assert code == 0, f"kubectl apply -k {directory}:\n{out}\n{err}"
+        yield
+    finally:
+        for directory in reversed(directories):
+            await kubectl(cluster, "delete", "--ignore-not-found", "-k", directory)

@@ -12,8 +12,6 @@ from datetime import datetime
 from typing import Any
 
 import pytest
-from opentelemetry.trace import NoOpTracerProvider
-from prometheus_client import CollectorRegistry
 
 from operators.endpointattachment import controller
 from operators.endpointattachment.api import (
@@ -37,10 +35,8 @@ from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import RESOURCES, SUBSTRATE, World
 from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj, key_of
-from shared.runtime.controller import Controller, Result, StaticCaches
-from shared.runtime.metrics import ControllerMetrics, QueueMetrics
+from shared.runtime.controller import Result, StaticCaches
 from shared.runtime.served import CRDS
-from shared.telemetry.tracing import Tracing
 from tests.ea_builders import (
     ADDRESS,
     CLAIM,
@@ -58,7 +54,7 @@ from tests.ea_builders import (
     make_pod,
     make_service,
 )
-from tests.ea_caches import KINDS, RecordingWriter, Step, caches_of, make_crd, put
+from tests.ea_caches import KINDS, RecordingWriter, Step, caches_of, enqueued, make_crd, put
 
 NS, OTHER_NS = NAMESPACE, "tenant-b"
 PROXIED = {SERVICE_PROXY_NAME_LABEL: "cozy-proxy"}
@@ -407,36 +403,10 @@ def test_change_predicates(predicate: Predicate, old: Obj | None, new: Obj | Non
 # --- through the wiring, as declared ----------------------------------------------------------------
 
 
-class Idle:
-    """A reconciler that is never called: these tests look at what is enqueued only."""
-
-    async def reconcile(self, key: Key) -> Result:
-        raise AssertionError(f"no reconcile expected, got {key}")
-
-
 def woken(kind: str, old: Obj | None, new: Obj | None, monkeypatch: pytest.MonkeyPatch) -> set[Key]:
     """What the controller enqueues when ``kind`` changes from ``old`` to ``new`` (stored first)."""
     caches = caches_of(*CLUSTER, *([put(kind, old)] if old is not None else []))
-    store = caches.store(KINDS[kind])
-    if new is not None:
-        store.upsert(new)
-    elif old is not None:
-        store.delete(key_of(old))
-    registry = CollectorRegistry()
-    running = Controller(
-        ATTACHMENT_CONTROLLER,
-        Idle(),
-        caches,
-        metrics=ControllerMetrics(registry),
-        queue_metrics=QueueMetrics(registry),
-        tracing=Tracing(NoOpTracerProvider(), "test"),
-    )
-    keys: set[Key] = set()
-    monkeypatch.setattr(running, "enqueue", lambda key, *_: keys.add(key))  # the key; not what changed
-    for resource, handler in running.handlers():
-        if resource == KINDS[kind]:
-            handler(old, new)
-    return keys
+    return enqueued(caches, KINDS[kind], old, new, monkeypatch)
 
 
 CLASS_1 = {**make_class(), "metadata": {**make_class()["metadata"], "generation": 1}}

@@ -10,8 +10,6 @@ from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import pytest
-from opentelemetry.trace import NoOpTracerProvider
-from prometheus_client import CollectorRegistry
 
 from operators.endpointattachment import controller
 from operators.endpointattachment.api import ATTACHMENTS, CLAIMS, PHASE_PENDING
@@ -38,9 +36,7 @@ from operators.endpointattachment.world import World
 from shared.conditions import FALSE, TRUE
 from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj, key_of
-from shared.runtime.controller import Controller, Result, StaticCaches
-from shared.runtime.metrics import ControllerMetrics, QueueMetrics
-from shared.telemetry.tracing import Tracing
+from shared.runtime.controller import StaticCaches
 from tests.ea_builders import (
     CLAIM,
     CLASS,
@@ -53,7 +49,7 @@ from tests.ea_builders import (
     make_helmrelease,
     make_service,
 )
-from tests.ea_caches import RecordingWriter, Step, caches_of, drop, put, world_of
+from tests.ea_caches import RecordingWriter, Step, caches_of, drop, enqueued, put, world_of
 from tests.unit.endpointattachment.test_ea_reconcile import assert_quiet, attached, observe, settle
 
 NS, OTHER_NS = NAMESPACE, "tenant-b"
@@ -469,36 +465,10 @@ def test_provisioning_ended(old: Obj | None, new: Obj | None, expected: bool) ->
 # --- through the wiring, as declared ------------------------------------------------------------------
 
 
-class Idle:
-    """A reconciler that is never called: these tests look at what is enqueued only."""
-
-    async def reconcile(self, key: Key) -> Result:
-        raise AssertionError(f"no reconcile expected, got {key}")
-
-
 def woken(steps: list[Step], old: Obj | None, new: Obj | None, monkeypatch: pytest.MonkeyPatch) -> set[Key]:
     """What the controller enqueues when a claim changes from ``old`` to ``new`` (stored first)."""
     caches = caches_of(*steps, *([put("claim", old)] if old is not None else []))
-    store = caches.store(CLAIMS)
-    if new is not None:
-        store.upsert(new)
-    elif old is not None:
-        store.delete(key_of(old))
-    registry = CollectorRegistry()
-    running = Controller(
-        ATTACHMENT_CONTROLLER,
-        Idle(),
-        caches,
-        metrics=ControllerMetrics(registry),
-        queue_metrics=QueueMetrics(registry),
-        tracing=Tracing(NoOpTracerProvider(), "test"),
-    )
-    keys: set[Key] = set()
-    monkeypatch.setattr(running, "enqueue", lambda key, *_: keys.add(key))
-    for resource, handler in running.handlers():
-        if resource == CLAIMS:
-            handler(old, new)
-    return keys
+    return enqueued(caches, CLAIMS, old, new, monkeypatch)
 
 
 def later(claim: Obj) -> Obj:
