@@ -409,10 +409,12 @@ OUTCOMES: Final = (
         "Provisioned",
         "False",
         "NothingToPublish",
-        "The endpoint has no selector (or is ExternalName), or no port to publish (a VM's "
-        "endpoint has only its placeholder port 65535 until the VM is exposed).",
-        "Name the ports to publish in `spec.loadBalancer.ports`, or a `method` (WholeIP forwards "
-        "every port).",
+        "The endpoint has no selector (or is ExternalName), or no port to publish: it publishes none "
+        "of the ports `spec.loadBalancer.ports` asks for (the message names the asked ports it lacks "
+        "and those it publishes), or a VM's endpoint has only its placeholder port 65535 until the "
+        "VM is exposed.",
+        "Name ports the endpoint publishes in `spec.loadBalancer.ports` (or leave `ports` out), or, "
+        "for a VM, a `method` (WholeIP forwards every port).",
         who="tenant",
     ),
     Outcome(

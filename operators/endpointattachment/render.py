@@ -165,6 +165,30 @@ def publish_ports(endpoint_ports: Sequence[Mapping[str, Any]], spec: AttachmentS
     return [mirrored_port(p) for p in endpoint_ports if p.get("port") is not None]
 
 
+def _port_text(port: Mapping[str, Any]) -> str:
+    return f"{port.get('port')}/{port.get('protocol') or PROTOCOL_TCP}"
+
+
+def no_port_message(service: str, endpoint_ports: Sequence[Mapping[str, Any]], spec: AttachmentSpec) -> str:
+    """Why ``publish_ports`` left nothing, in the tenant's terms: the asked ports the endpoint lacks
+    (and the ports it does publish), a VM's sentinel port alone, or no port at all."""
+    published = [p for p in endpoint_ports if p.get("port") is not None]
+    if not published:
+        return f"Service {service} publishes no port: nothing to publish"
+    if spec.ports and not sentinel_only(published):
+        lacking = ", ".join(str(n) for n in sorted(spec.ports))
+        offered = ", ".join(_port_text(p) for p in published)
+        asked = "port" if len(spec.ports) == 1 else "ports"
+        return (
+            f"Service {service} does not publish the asked {asked} {lacking} (it publishes {offered}): "
+            "name ports it publishes in spec.loadBalancer.ports, or leave ports out to publish all of them"
+        )
+    return (
+        f"Service {service} publishes only a VM's sentinel port {SENTINEL_PORT} (the VM is not exposed "
+        "yet): name the ports to publish in spec.loadBalancer.ports, or a method"
+    )
+
+
 def method_annotations(spec: AttachmentSpec) -> dict[str, str]:
     """cozy-proxy's annotations: WholeIP "true"; PortList "false" plus allowICMP; none otherwise."""
     if spec.method == METHOD_WHOLE_IP:

@@ -27,6 +27,7 @@ from operators.endpointattachment.render import (
     label_value,
     method_annotations,
     mirrored_port,
+    no_port_message,
     publish_ports,
     render_claim,
     render_service,
@@ -200,6 +201,61 @@ def test_publish_ports(
 ) -> None:
     spec = spec_of(make_attachment(ports=ports, method=method))
     assert publish_ports(endpoint_ports, spec) == published
+
+
+DNS = {"name": "dns", "protocol": "UDP", "port": 53, "targetPort": 53}
+
+
+@pytest.mark.parametrize(
+    ("endpoint_ports", "ports", "method", "says", "never"),
+    [
+        pytest.param(
+            [POSTGRES],
+            [9999],
+            None,
+            "does not publish the asked port 9999 (it publishes 5432/TCP)",
+            "sentinel",
+            id="an asked port the endpoint lacks, named with what it publishes",
+        ),
+        pytest.param(
+            [POSTGRES, DNS],
+            [9999, 80],
+            None,
+            "does not publish the asked ports 80, 9999 (it publishes 5432/TCP, 53/UDP)",
+            "sentinel",
+            id="several asked ports, sorted",
+        ),
+        pytest.param(
+            [SENTINEL],
+            None,
+            None,
+            "publishes only a VM's sentinel port 65535",
+            "asked",
+            id="a VM's sentinel alone",
+        ),
+        pytest.param(
+            [SENTINEL],
+            None,
+            "PortList",
+            "publishes only a VM's sentinel port 65535",
+            "asked",
+            id="in PortList",
+        ),
+        pytest.param([], None, None, "publishes no port", "sentinel", id="no port at all"),
+        pytest.param([], [5432], None, "publishes no port", "sentinel", id="no port at all, ports asked"),
+    ],
+)
+def test_the_nothing_to_publish_message_says_which_port(
+    endpoint_ports: list[dict[str, Any]], ports: list[int] | None, method: str | None, says: str, never: str
+) -> None:
+    """The tenant reads which asked port the endpoint lacks (and what it offers), never the VM's
+    sentinel when the endpoint is no VM's."""
+    spec = spec_of(make_attachment(ports=ports, method=method))
+    assert publish_ports(endpoint_ports, spec) == [], "the message is for an empty publication only"
+    message = no_port_message("postgres-db", endpoint_ports, spec)
+    assert message.startswith("Service postgres-db ")
+    assert says in message
+    assert never not in message
 
 
 @pytest.mark.parametrize(
