@@ -187,6 +187,16 @@ OUTCOMES: Final = (
     Outcome(
         "GPUClass",
         "KubeVirtPermitted",
+        "True",
+        "GPUsWithDRA",
+        "A class of DRA devices (`spec.deviceClassName`), and the KubeVirt CR lists the `GPUsWithDRA` "
+        "feature gate: VMs get such GPUs through ResourceClaims, with no `permittedHostDevices` entry. "
+        "Without the gate the class is `NotPermitted`, and the message says so.",
+        NOTHING,
+    ),
+    Outcome(
+        "GPUClass",
+        "KubeVirtPermitted",
         "False",
         "NotPermitted",
         "KubeVirt has a `permittedHostDevices` table and the resource name is not in it: KubeVirt "
@@ -263,6 +273,16 @@ OUTCOMES: Final = (
         "resource (`kubectl describe node`)? Does the class tolerate the nodes' taints? The metric "
         "`cozystack_gpuclass_nodes{state=...}` counts the nodes that advertise it by why they are "
         "excluded (`not_ready`, `cordoned`, `untolerated_taint`).",
+    ),
+    Outcome(
+        "GPUClass",
+        "Ready",
+        "False",
+        "DeviceClassNotFound",
+        "The class names a DeviceClass (`spec.deviceClassName`) that does not exist, or the cluster "
+        "serves no `resource.k8s.io/v1` at all.",
+        "Create the DeviceClass your DRA driver documents (or fix the class: the name is immutable, so "
+        "create a new class and delete this one). The class is decided again as soon as it appears.",
     ),
     Outcome(
         "GPUClass",

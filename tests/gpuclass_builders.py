@@ -180,9 +180,11 @@ def make_class(
     generation: int = 1,
     status: Mapping[str, Any] | None = None,
     vm_sizes: Any = None,
+    device_class: str | None = None,
 ) -> dict[str, Any]:
     """A GPUClass; ``vm_sizes`` (any value, to feed what the CRD refuses too) is ``spec.vmSizes``,
-    absent when None."""
+    absent when None. With ``device_class``, a class of DRA devices (``resource`` is then left out
+    when empty)."""
     metadata: dict[str, Any] = {
         "name": name,
         "uid": _uid("gpuclass", name),
@@ -194,7 +196,9 @@ def make_class(
     if deleting:
         metadata["deletionTimestamp"] = DAY2
         metadata["finalizers"] = ["example.com/hold"]
-    spec: dict[str, Any] = {"resourceName": resource}
+    spec: dict[str, Any] = {"resourceName": resource} if resource else {}
+    if device_class is not None:
+        spec["deviceClassName"] = device_class
     if tolerations:
         spec["tolerations"] = [dict(t) for t in tolerations]
     if vm_sizes is not None:
@@ -216,10 +220,12 @@ def make_kubevirt_cr(
     mediated: Iterable[str] = (),
     usb: Iterable[str] = (),
     unrestricted: bool = False,
+    dra: bool = False,
 ) -> dict[str, Any]:
-    """The KubeVirt CR as Cozystack renders it; ``unrestricted`` leaves out permittedHostDevices."""
+    """The KubeVirt CR as Cozystack renders it; ``unrestricted`` leaves out permittedHostDevices;
+    ``dra`` enables the GPUsWithDRA feature gate."""
     configuration: dict[str, Any] = {
-        "developerConfiguration": {"featureGates": ["GPU", "HostDevices"]},
+        "developerConfiguration": {"featureGates": ["GPU", "HostDevices", *(["GPUsWithDRA"] if dra else [])]},
         "evictionStrategy": "LiveMigrate",
     }
     if not unrestricted:
@@ -379,3 +385,107 @@ def class_lists() -> st.SearchStrategy[list[dict[str, Any]]]:
     return st.lists(st.sampled_from([f"c{i}" for i in range(5)]), unique=True, max_size=5).flatmap(
         lambda names: st.tuples(*(gpu_classes(n) for n in names)).map(list)
     )
+
+
+# --- Dynamic Resource Allocation (resource.k8s.io/v1) ------------------------------------------
+
+GPU_DRIVER = "gpu.nvidia.com"
+
+
+def make_device_class(
+    name: str, *selectors: str, extended_resource_name: str | None = None
+) -> dict[str, Any]:
+    """A DeviceClass selecting devices by CEL ``selectors`` (all must hold)."""
+    spec: dict[str, Any] = {"selectors": [{"cel": {"expression": e}} for e in selectors]}
+    if extended_resource_name is not None:
+        spec["extendedResourceName"] = extended_resource_name
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": name, "uid": _uid("deviceclass", name), "generation": 1},
+        "spec": spec,
+    }
+
+
+def gpu_device(
+    name: str, product: str = "H200", *, memory: str = "141Gi", driver_version: str = "580.65.6"
+) -> dict[str, Any]:
+    """A device as NVIDIA's DRA driver publishes a whole GPU (attributes in the driver's domain)."""
+    return {
+        "name": name,
+        "attributes": {
+            "type": {"string": "gpu"},
+            "productName": {"string": product},
+            "index": {"int": int(name.rsplit("-", 1)[-1]) if name[-1].isdigit() else 0},
+            "driverVersion": {"version": driver_version},
+            "gpu.nvidia.com/migCapable": {"bool": False},
+        },
+        "capacity": {"memory": {"value": memory}},
+    }
+
+
+def make_slice(
+    name: str,
+    node: str | None,
+    devices: Sequence[Mapping[str, Any]],
+    *,
+    driver: str = GPU_DRIVER,
+    pool: str | None = None,
+    generation: int = 1,
+    slice_count: int = 1,
+) -> dict[str, Any]:
+    """A ResourceSlice of ``node``'s pool (the pool is named after the node unless given)."""
+    spec: dict[str, Any] = {
+        "driver": driver,
+        "pool": {"name": pool or node or name, "generation": generation, "resourceSliceCount": slice_count},
+        "devices": [dict(d) for d in devices],
+    }
+    if node is not None:
+        spec["nodeName"] = node
+    else:
+        spec["allNodes"] = True
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {"name": name, "uid": _uid("resourceslice", name), "generation": 1},
+        "spec": spec,
+    }
+
+
+def make_claim(
+    name: str,
+    device_class: str,
+    count: int = 1,
+    *,
+    allocated: Sequence[tuple[str, str]] = (),
+    driver: str = GPU_DRIVER,
+    namespace: str = "tenant-root",
+) -> dict[str, Any]:
+    """A ResourceClaim for ``count`` devices of ``device_class``; ``allocated`` (pool, device) pairs
+    are its allocation's results."""
+    claim: dict[str, Any] = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": name,
+            "namespace": namespace,
+            "uid": _uid("resourceclaim", f"{namespace}/{name}"),
+        },
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}]
+            }
+        },
+    }
+    if allocated:
+        claim["status"] = {
+            "allocation": {
+                "devices": {
+                    "results": [
+                        {"request": "gpu", "driver": driver, "pool": pool, "device": device}
+                        for pool, device in allocated
+                    ]
+                }
+            }
+        }
+    return claim

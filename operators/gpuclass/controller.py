@@ -13,6 +13,10 @@ Decides only the plumbing around the pure core:
 * **caches**: Nodes and Pods are *folded* into the ``Inventory`` (``NodeFold``, ``PodFold``; nothing
   of a Pod is stored but its contribution, and a Pod missing from a re-list is released), Pods
   listed as the scheduler lists them (bound, not finished: the API server filters the rest);
+  DRA's DeviceClasses, ResourceSlices and ResourceClaims are folded into the ``DraInventory``
+  (``DeviceClassFold``, ``SliceFold``, ``ClaimFold``): optional kinds, so a cluster that serves no
+  ``resource.k8s.io/v1`` is an empty, synced DRA world (their gate is the runtime's CRD cache,
+  which never names a built-in kind: DRA enabled on a running cluster is seen after a restart);
   GPUClasses are a plain store;
 * **one pass** (``Reconciler.reconcile``): read the KubeVirt CR (a timeout or 5xx keeps the last
   definitive read for the grace period), call ``decide`` for every class, publish the figures to
@@ -35,7 +39,8 @@ from typing import Final, cast
 
 from prometheus_client import CollectorRegistry
 
-from operators.gpuclass.api import GPUCLASSES
+from operators.gpuclass.api import DEVICE_CLASSES, GPUCLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Definitive, KubeVirtRead, remember, view
 from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, read_kubevirt
@@ -92,20 +97,30 @@ def all_classes(caches: Caches, obj: Obj) -> Iterable[Key]:
     return (ALL_CLASSES,)
 
 
-def wiring(settings: Settings, inventory: Inventory) -> Wiring:
+def wiring(settings: Settings, inventory: Inventory, dra: DraInventory | None = None) -> Wiring:
     """The one controller over every class; Nodes and Pods fold into ``inventory`` (nothing of
-    them is stored), and only bound, unfinished Pods are listed."""
+    them is stored), and only bound, unfinished Pods are listed; DRA's kinds fold into ``dra``."""
+    dra = dra if dra is not None else DraInventory()
     return Wiring(
         name=CONTROLLER_NAME,
         primary=GPUCLASSES,
         primary_kind="GPUClass",
         key=all_classes_key,
         predicates=(generation_changed,),  # created, deleted, spec changed; never a status write
-        watches=(Watch(NODES, map=all_classes), Watch(PODS, map=all_classes)),
+        watches=(
+            Watch(NODES, map=all_classes),
+            Watch(PODS, map=all_classes),
+            Watch(DEVICE_CLASSES, map=all_classes),
+            Watch(RESOURCE_SLICES, map=all_classes),
+            Watch(RESOURCE_CLAIMS, map=all_classes),
+        ),
         writes=(Write(GPUCLASSES, ("patch",), "status"), Write(EVENTS, ("create",))),
         caches=(
             Cache(NODES, fold=NodeFold(inventory)),
             Cache(PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR),
+            Cache(DEVICE_CLASSES, fold=DeviceClassFold(dra), optional=True),
+            Cache(RESOURCE_SLICES, fold=SliceFold(dra), optional=True),
+            Cache(RESOURCE_CLAIMS, fold=ClaimFold(dra), optional=True),
         ),
         debounce=settings.debounce_seconds,
         max_delay=settings.max_delay_seconds,
@@ -155,6 +170,60 @@ class PodFold:
         return cast(list[Key], list(self.inventory.pod_keys()))
 
 
+class DeviceClassFold:
+    """DeviceClasses folded into the DRA inventory: keyed ``("", name)``; their selectors compiled."""
+
+    __slots__ = ("dra",)
+
+    def __init__(self, dra: DraInventory) -> None:
+        self.dra = dra
+
+    def upsert(self, key: Key, obj: Obj) -> bool:
+        return self.dra.upsert_class(obj)
+
+    def delete(self, key: Key) -> bool:
+        return self.dra.delete_class(key[1])
+
+    def keys(self) -> Iterable[Key]:
+        return [("", name) for name in self.dra.class_names()]
+
+
+class SliceFold:
+    """ResourceSlices folded into the DRA inventory: each node's devices, newest pool generation."""
+
+    __slots__ = ("dra",)
+
+    def __init__(self, dra: DraInventory) -> None:
+        self.dra = dra
+
+    def upsert(self, key: Key, obj: Obj) -> bool:
+        return self.dra.upsert_slice(key, obj)
+
+    def delete(self, key: Key) -> bool:
+        return self.dra.delete_slice(key)
+
+    def keys(self) -> Iterable[Key]:
+        return cast(list[Key], list(self.dra.slice_keys()))
+
+
+class ClaimFold:
+    """ResourceClaims folded into the DRA inventory: only the devices an allocation holds."""
+
+    __slots__ = ("dra",)
+
+    def __init__(self, dra: DraInventory) -> None:
+        self.dra = dra
+
+    def upsert(self, key: Key, obj: Obj) -> bool:
+        return self.dra.upsert_claim(key, obj)
+
+    def delete(self, key: Key) -> bool:
+        return self.dra.delete_claim(key)
+
+    def keys(self) -> Iterable[Key]:
+        return cast(list[Key], list(self.dra.claim_keys()))
+
+
 # --- one pass ---------------------------------------------------------------------------------------
 
 
@@ -171,9 +240,11 @@ class Reconciler:
         metrics: Metrics,
         settings: Settings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
+        dra: DraInventory | None = None,
     ) -> None:
         self.caches, self.writer, self.kubevirts, self.tracing = caches, writer, kubevirts, tracing
         self.inventory, self.metrics, self.settings, self.clock = inventory, metrics, settings, clock
+        self.dra = dra if dra is not None else DraInventory()
         self.kubevirt_read: KubeVirtRead | None = None
         self.kubevirt_known: Definitive | None = None
 
@@ -202,7 +273,7 @@ class Reconciler:
         kubevirt_view = view(read, self.kubevirt_known, now)
         self.kubevirt_read, self.kubevirt_known = read, remember(read, self.kubevirt_known)
         classes = list(self.caches.store(GPUCLASSES).values())
-        decisions = decide(classes, self.inventory, kubevirt_view)
+        decisions = decide(classes, self.inventory, kubevirt_view, self.dra)
         report = current_pass()
         if report is not None:
             report.read(*classes)
@@ -268,7 +339,7 @@ class Reconciler:
 def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> Reconciler:
     """Declare the controller (its wiring declares its caches) on ``manager``; the domain metrics
     on ``registry``."""
-    inventory = Inventory()
+    inventory, dra = Inventory(), DraInventory()
     reconciler = Reconciler(
         manager,
         manager.writer,
@@ -277,6 +348,7 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
         inventory,
         Metrics(registry),
         settings,
+        dra=dra,
     )
-    manager.add(wiring(settings, inventory), reconciler)
+    manager.add(wiring(settings, inventory, dra), reconciler)
     return reconciler

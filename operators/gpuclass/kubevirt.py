@@ -10,6 +10,10 @@ Decides:
   pass uses: a definitive read is used as is; 403 is unreadable at once; a 5xx or timeout keeps the
   last definitive read for up to ``STALE_READ_GRACE`` after the failures began, then is unreadable.
   "Last known" and "now" are inputs, never a clock or a global.
+* ``dra_gpus_enabled``: whether the CR lists ``GPUS_WITH_DRA`` among
+  ``spec.configuration.developerConfiguration.featureGates``: then KubeVirt gives VMs GPUs through
+  DRA claims, which need no ``permittedHostDevices`` entry. Only an explicit entry counts: KubeVirt
+  v1.8 (Cozystack's today) has the gate off by default, and the CR does not say which version runs.
 
 Does not: read the CR. The glue that does (async GET of the named CR, or LIST of the namespace taking
 the single item; 404 or no item -> ``NotInstalled``; 403 -> ``Forbidden``; 5xx or timeout ->
@@ -29,6 +33,8 @@ from typing import Any, Final
 STALE_READ_GRACE: Final = timedelta(minutes=3)
 # The tables of permittedHostDevices that carry a resourceName (KubeVirt v1 API).
 DEVICE_TABLES: Final = ("pciHostDevices", "mediatedDevices", "usb")
+# KubeVirt's feature gate (v1.9: beta, on by default) that gives VMs GPUs through DRA ResourceClaims.
+GPUS_WITH_DRA: Final = "GPUsWithDRA"
 
 
 @dataclass(frozen=True)
@@ -58,6 +64,14 @@ def permitted_names(kubevirt_cr: Mapping[str, Any] | None) -> PermittedDevices:
             if isinstance(name, str) and name:
                 names.add(name)
     return frozenset(names)
+
+
+def dra_gpus_enabled(kubevirt_cr: Mapping[str, Any] | None) -> bool:
+    """Whether the CR enables KubeVirt's ``GPUsWithDRA`` feature gate explicitly."""
+    configuration = ((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}
+    developer = configuration.get("developerConfiguration") if isinstance(configuration, Mapping) else None
+    gates = developer.get("featureGates") if isinstance(developer, Mapping) else None
+    return isinstance(gates, list) and GPUS_WITH_DRA in gates
 
 
 def is_permitted(devices: PermittedDevices, resource: str) -> bool:

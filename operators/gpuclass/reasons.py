@@ -30,7 +30,11 @@ REASON_RESOURCE_NAME_OWNED: Final = "ResourceNameOwned"
 REASON_PERMITTED: Final = "Permitted"
 # True: the CR has no permittedHostDevices at all, so KubeVirt checks no name.
 REASON_UNRESTRICTED: Final = "Unrestricted"
-# False: a table exists and the name is not in it; KubeVirt refuses such VMs.
+# True, for a class of DRA devices: the CR enables KubeVirt's GPUsWithDRA feature gate, so VMs get
+# such GPUs through ResourceClaims and no permittedHostDevices entry is needed.
+REASON_GPUS_WITH_DRA: Final = "GPUsWithDRA"
+# False: a table exists and the name is not in it; KubeVirt refuses such VMs. For a class of DRA
+# devices: the CR does not enable GPUsWithDRA (the message says so).
 REASON_NOT_PERMITTED: Final = "NotPermitted"
 # False: the KubeVirt kind is not served or no CR exists; no VM can start at all.
 REASON_KUBEVIRT_NOT_INSTALLED: Final = "KubeVirtNotInstalled"
@@ -49,6 +53,8 @@ REASON_READY_NOT_PERMITTED: Final = REASON_NOT_PERMITTED
 REASON_READY_KUBEVIRT_NOT_INSTALLED: Final = REASON_KUBEVIRT_NOT_INSTALLED
 # False: no Ready, uncordoned, tolerated node advertises the resource with allocatable >= 1.
 REASON_NO_ELIGIBLE_NODES: Final = "NoEligibleNodes"
+# False, for a class of DRA devices: its DeviceClass does not exist (or DRA is not served).
+REASON_DEVICE_CLASS_NOT_FOUND: Final = "DeviceClassNotFound"
 # Unknown: everything else holds but the KubeVirt permission cannot be read (the design lists no
 # Ready reason for it; reusing the permission's reason points at the cause).
 REASON_READY_KUBEVIRT_UNREADABLE: Final = REASON_KUBEVIRT_UNREADABLE

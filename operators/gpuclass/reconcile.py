@@ -55,13 +55,16 @@ from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
 from operators.gpuclass import reasons
-from operators.gpuclass.inventory import Inventory
+from operators.gpuclass.dra import DeviceClassView, DraInventory
+from operators.gpuclass.inventory import Inventory, NodeState
 from operators.gpuclass.kubevirt import (
+    GPUS_WITH_DRA,
     Found,
     KubeVirtView,
     NotInstalled,
     PermittedDevices,
     Unrestricted,
+    dra_gpus_enabled,
     is_permitted,
     permitted_names,
 )
@@ -75,6 +78,11 @@ _NEWEST: datetime = datetime.max.replace(tzinfo=UTC)
 DEFAULT_VM_SIZES: Final[tuple[int, ...]] = (1, 2, 4, 8)
 # At most this many sizes a class (the CRD's maxItems): the printer column stays one short line.
 MAX_VM_SIZES: Final = 8
+# What a class of DRA devices owns and labels its metrics with: "DeviceClass/<name>". Never a valid
+# resourceName (its domain has upper case), so the two kinds of class never claim one name.
+DEVICE_CLASS_PREFIX: Final = "DeviceClass/"
+# The DRA inventory of a world with no DRA served: nothing selected, no DeviceClass.
+_NO_DRA: Final = DraInventory()
 
 
 class Fit(NamedTuple):
@@ -134,20 +142,28 @@ class Event:
 
 
 def decide(
-    classes: Iterable[Mapping[str, Any]], inventory: Inventory, kubevirt: KubeVirtView
+    classes: Iterable[Mapping[str, Any]],
+    inventory: Inventory,
+    kubevirt: KubeVirtView,
+    dra: DraInventory = _NO_DRA,
 ) -> dict[str, ClassDecision]:
-    """The decision for every live class with a resourceName, by class name."""
+    """The decision for every live class with a resourceName or a deviceClassName, by class name."""
     live = [c for c in map(_ClassView.of, classes) if c is not None]
     owner_of = _owners(live)
-    # The names KubeVirt permits, once per pass; None when the view is not a CR (not installed/unreadable).
+    # What KubeVirt permits, once per pass; None when the view is not a CR (not installed/unreadable).
     devices = permitted_names(kubevirt.cr) if isinstance(kubevirt, Found) else None
+    permission = _Permission(kubevirt, devices, isinstance(kubevirt, Found) and dra_gpus_enabled(kubevirt.cr))
     summaries: dict[str, _ResourceSummary] = {}  # computed once per resource, shared by its classes
     decisions: dict[str, ClassDecision] = {}
     for cls in live:
         summary = summaries.get(cls.resource)
         if summary is None:
-            summary = summaries[cls.resource] = _summarize(inventory, cls.resource)
-        decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, kubevirt, devices)
+            summary = summaries[cls.resource] = (
+                _summarize_devices(inventory, dra, cls.device_class)
+                if cls.device_class
+                else _summarize(inventory, cls.resource)
+            )
+        decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, permission)
     return decisions
 
 
@@ -222,19 +238,32 @@ class _ClassView:
     created: datetime
     generation: int
     sizes: tuple[int, ...] = DEFAULT_VM_SIZES  # ascending
+    device_class: str = ""  # a class of DRA devices: its DeviceClass; ``resource`` is then derived
+
+    @property
+    def what(self) -> str:
+        """The class's name of its devices, for messages."""
+        if self.device_class:
+            return f"deviceClassName {self.device_class}"
+        return f"resourceName {self.resource}"
 
     @classmethod
     def of(cls, obj: Mapping[str, Any]) -> _ClassView | None:
-        """The fields a pass needs; ``None`` for terminating or unusable classes."""
+        """The fields a pass needs; ``None`` for terminating or unusable classes (none or both of
+        resourceName and deviceClassName: the CRD refuses those)."""
         metadata = obj.get("metadata") or {}
         spec = obj.get("spec") or {}
         name, resource = metadata.get("name"), spec.get("resourceName")
-        if metadata.get("deletionTimestamp") or not name or not isinstance(resource, str) or not resource:
+        device_class = spec.get("deviceClassName")
+        resource = resource if isinstance(resource, str) else ""
+        device_class = device_class if isinstance(device_class, str) else ""
+        if metadata.get("deletionTimestamp") or not name or bool(resource) == bool(device_class):
             return None
         generation = metadata.get("generation")
         return cls(
             name=str(name),
-            resource=resource,
+            resource=resource or f"{DEVICE_CLASS_PREFIX}{device_class}",
+            device_class=device_class,
             tolerations=parse_tolerations(spec.get("tolerations")),
             created=_timestamp(metadata.get("creationTimestamp")),
             generation=generation if isinstance(generation, int) else 0,
@@ -300,15 +329,35 @@ class _ResourceSummary:
     not_ready: int = 0
     cordoned: int = 0
     groups: dict[tuple[Taint, ...], _NodeGroup] = field(default_factory=dict)
+    device_class: DeviceClassView | None = None  # for a class of DRA devices: None if not found
 
 
 def _summarize(inventory: Inventory, resource: str) -> _ResourceSummary:
     """One walk over the nodes advertising R; classes then only check each taint group once."""
-    summary = _ResourceSummary()
     requested_on = inventory.requested_on(resource)
-    for name, node in inventory.advertisers(resource).items():
-        alloc = node.allocatable[resource]
-        requested = requested_on.get(name, 0)
+    return _summary(
+        (node, node.allocatable[resource], requested_on.get(name, 0))
+        for name, node in inventory.advertisers(resource).items()
+    )
+
+
+def _summarize_devices(inventory: Inventory, dra: DraInventory, device_class: str) -> _ResourceSummary:
+    """The same, for a DeviceClass: a node's units are the devices of its slices the class selects,
+    its requested units those of them that claims hold. Slices of nodes that do not exist offer none."""
+    allocated_on = dra.allocated_on(device_class)
+    summary = _summary(
+        (node, selected, allocated_on.get(name, 0))
+        for name, selected in dra.selected_on(device_class).items()
+        if (node := inventory.node(name)) is not None
+    )
+    summary.device_class = dra.device_class(device_class)
+    return summary
+
+
+def _summary(nodes: Iterable[tuple[NodeState, int, int]]) -> _ResourceSummary:
+    """One walk over (node, allocatable, requested) of the nodes that offer the class's devices."""
+    summary = _ResourceSummary()
+    for node, alloc, requested in nodes:
         summary.allocatable += alloc
         summary.requested += requested
         # The precedence of scheduling.verdict (not ready, then cordoned), inlined: this loop runs
@@ -336,12 +385,17 @@ def _summarize(inventory: Inventory, resource: str) -> _ResourceSummary:
 # --- one class ---------------------------------------------------------------------------------
 
 
+@dataclass(frozen=True, slots=True)
+class _Permission:
+    """What the KubeVirt view says, read once per pass."""
+
+    kubevirt: KubeVirtView
+    devices: PermittedDevices | None  # None when the view is not a CR
+    dra_gpus: bool  # the CR enables GPUsWithDRA
+
+
 def _decide_class(
-    cls: _ClassView,
-    owner: str,
-    summary: _ResourceSummary,
-    kubevirt: KubeVirtView,
-    devices: PermittedDevices | None,
+    cls: _ClassView, owner: str, summary: _ResourceSummary, permission: _Permission
 ) -> ClassDecision:
     eligible = untolerated = free = max_free = 0
     serves = False
@@ -358,8 +412,8 @@ def _decide_class(
             untolerated += group.nodes
 
     conflict = _conflict_condition(cls, owner)
-    permitted = _permitted_condition(cls.resource, kubevirt, devices)
-    ready = _ready_condition(cls.resource, owner, conflict, permitted, serves)
+    permitted = _permitted_condition(cls, permission)
+    ready = _ready_condition(cls, owner, conflict, permitted, serves, summary)
     if conflict.status == TRUE:
         free = max_free = 0
     if ready.status == FALSE or not offering:  # cannot serve (no VM starts, whatever is free) or full
@@ -394,21 +448,20 @@ def _conflict_condition(cls: _ClassView, owner: str) -> Condition:
             reasons.CONDITION_RESOURCE_NAME_CONFLICT,
             TRUE,
             reasons.REASON_RESOURCE_NAME_IN_USE,
-            f"resourceName {cls.resource} is owned by the older GPUClass {owner}; "
+            f"{cls.what} is owned by the older GPUClass {owner}; "
             "this class offers no units while that class exists",
         )
     return Condition(
         reasons.CONDITION_RESOURCE_NAME_CONFLICT,
         FALSE,
         reasons.REASON_RESOURCE_NAME_OWNED,
-        f"this class owns resourceName {cls.resource}",
+        f"this class owns {cls.what}",
     )
 
 
-def _permitted_condition(
-    resource: str, kubevirt: KubeVirtView, devices: PermittedDevices | None
-) -> Condition:
+def _permitted_condition(cls: _ClassView, permission: _Permission) -> Condition:
     type_ = reasons.CONDITION_KUBEVIRT_PERMITTED
+    kubevirt, devices, resource = permission.kubevirt, permission.devices, cls.resource
     if isinstance(kubevirt, NotInstalled):
         return Condition(
             type_, FALSE, reasons.REASON_KUBEVIRT_NOT_INSTALLED, "KubeVirt is not installed: no VM can start"
@@ -416,6 +469,22 @@ def _permitted_condition(
     if devices is None:
         # The detail of the failure goes to the log, not here: it would differ on every pass.
         return Condition(type_, UNKNOWN, reasons.REASON_KUBEVIRT_UNREADABLE, "the KubeVirt CR cannot be read")
+    if cls.device_class:
+        if permission.dra_gpus:
+            return Condition(
+                type_,
+                TRUE,
+                reasons.REASON_GPUS_WITH_DRA,
+                f"KubeVirt's {GPUS_WITH_DRA} feature gate is enabled: VMs get DRA devices through "
+                "ResourceClaims, without permittedHostDevices",
+            )
+        return Condition(
+            type_,
+            FALSE,
+            reasons.REASON_NOT_PERMITTED,
+            f"KubeVirt's {GPUS_WITH_DRA} feature gate is not in the KubeVirt CR's "
+            "developerConfiguration.featureGates: KubeVirt gives VMs no DRA devices",
+        )
     if isinstance(devices, Unrestricted):
         return Condition(
             type_,
@@ -434,7 +503,12 @@ def _permitted_condition(
 
 
 def _ready_condition(
-    resource: str, owner: str, conflict: Condition, permitted: Condition, serves: bool
+    cls: _ClassView,
+    owner: str,
+    conflict: Condition,
+    permitted: Condition,
+    serves: bool,
+    summary: _ResourceSummary,
 ) -> Condition:
     type_ = reasons.CONDITION_READY
     if conflict.status == TRUE:
@@ -442,7 +516,7 @@ def _ready_condition(
             type_,
             FALSE,
             reasons.REASON_READY_RESOURCE_NAME_CONFLICT,
-            f"{resource} belongs to GPUClass {owner}",
+            f"{cls.what} belongs to GPUClass {owner}",
         )
     if permitted.status == FALSE:
         reason = (
@@ -451,12 +525,20 @@ def _ready_condition(
             else reasons.REASON_READY_KUBEVIRT_NOT_INSTALLED
         )
         return Condition(type_, FALSE, reason, permitted.message)
+    if cls.device_class and summary.device_class is None:
+        return Condition(
+            type_,
+            FALSE,
+            reasons.REASON_DEVICE_CLASS_NOT_FOUND,
+            f"DeviceClass {cls.device_class} does not exist (or the cluster serves no resource.k8s.io/v1)",
+        )
     if not serves:
+        offers = f"a device of DeviceClass {cls.device_class}" if cls.device_class else cls.resource
         return Condition(
             type_,
             FALSE,
             reasons.REASON_NO_ELIGIBLE_NODES,
-            f"no Ready, uncordoned node whose taints this class tolerates offers {resource}",
+            f"no Ready, uncordoned node whose taints this class tolerates offers {offers}",
         )
     if permitted.status == UNKNOWN:
         return Condition(type_, UNKNOWN, reasons.REASON_READY_KUBEVIRT_UNREADABLE, permitted.message)

@@ -18,7 +18,7 @@ import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from operators.gpuclass.api import GPUCLASSES
+from operators.gpuclass.api import DEVICE_CLASSES, GPUCLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.gpuclass.controller import (
     ALL_CLASSES,
     POD_FIELD_SELECTOR,
@@ -115,7 +115,14 @@ def test_what_a_class_change_wakes(old: Obj | None, new: Obj | None, wakes: bool
 def test_the_wiring_declares_what_a_pass_writes() -> None:
     declared = {(w.resource, w.verbs, w.subresource) for w in wiring(SETTINGS, Inventory()).writes}
     assert declared == {(GPUCLASSES, ("patch",), "status"), (EVENTS, ("create",), "")}
-    assert set(wiring(SETTINGS, Inventory()).resources()) == {GPUCLASSES, NODES, PODS}
+    assert set(wiring(SETTINGS, Inventory()).resources()) == {
+        GPUCLASSES,
+        NODES,
+        PODS,
+        DEVICE_CLASSES,
+        RESOURCE_SLICES,
+        RESOURCE_CLAIMS,
+    }
 
 
 def test_the_cluster_role_grants_exactly_what_the_operator_declares() -> None:
