@@ -5,11 +5,11 @@ error; 409 is a conflict the caller decides about; every non-2xx becomes an ``Ap
 the content type of each kind of patch.
 
 Decides how a call is sent: through aiohttp (its C parser reads every answer; no HTTP is parsed
-here), with the credentials kr8s loaded (``api.auth``: server URL, CA and client certificate in the
-TLS context kr8s builds, bearer token, ``tls-server-name``, a kubeconfig's ``proxy-url``, which
-aiohttp speaks as an HTTP proxy). Requests share one pool of kept-alive connections (at most
-``REQUEST_POOL_SIZE`` open; a request beyond it waits for one, under its timeout); watches have a
-pool of their own, so a long watch never holds a request's connection. No compression is asked for
+here), with the credentials ``shared.credentials`` loaded (server URL, TLS context, bearer token,
+``tls-server-name``, a kubeconfig's ``proxy-url``, which aiohttp speaks as an HTTP proxy).
+Requests share one pool of kept-alive connections (at most ``REQUEST_POOL_SIZE`` open; a request
+beyond it waits for one, under its timeout); watches have a pool of their own, so a long watch
+never holds a request's connection. No compression is asked for
 (the answers come from a server one hop away, and decompressing costs more CPU than it saves).
 Environment proxy variables are not read (kubectl's kubeconfig is the one source). A request on a
 kept connection the server closed before answering is sent once more on a new one by aiohttp when
@@ -20,8 +20,8 @@ or PATCH: whether the server acted on it is unknown, the caller decides.
 Decides how long a call may take: every request has a total timeout (the instance's ``Timeout``:
 ``read`` for the whole call, waiting for a pooled connection included, ``connect`` for a dial); a
 watch has a connect timeout and an idle bound (the longest the stream may stay silent) apart from
-the server-side ``timeoutSeconds``. A call that gets no answer raises one of ``NO_ANSWER``: kr8s's
-``APITimeoutError`` for any timeout, aiohttp's ``ClientError`` (or an ``OSError``) for a refused or
+the server-side ``timeoutSeconds``. A call that gets no answer raises one of ``NO_ANSWER``:
+``ApiTimeoutError`` for any timeout, aiohttp's ``ClientError`` (or an ``OSError``) for a refused or
 broken connection.
 
 Decides how dead connections are found: every socket has TCP keepalive probes after
@@ -38,8 +38,8 @@ on time, so that watch's connection died without a word, and calls in flight on 
 its time fail now (as after a reset) instead of at their timeouts.
 
 Decides who re-authenticates, and when: a **401** (the credentials are not, or no longer, valid: an
-expired token, an exec plugin's new one) has kr8s re-read them (``auth.reauthenticate``; once for
-calls that failed together) and the call is sent once more; the pools are retired, since the TLS
+expired token, an exec plugin's new one) has them loaded again (once for calls that failed
+together) and the call is sent once more; the pools are retired, since the TLS
 client certificate may have changed. A write answered 401 is safe to send again: authentication
 precedes everything else the server does with it. A **403** is a refusal (RBAC) with valid
 credentials: raised at once, it resets nothing (no pool, no watch). A **429** (API priority and
@@ -57,10 +57,8 @@ float, which the API server never sends (it keeps the numbers of free-form field
 float64). Bodies are written by ``json.dumps``.
 
 Does not: cache, retry (but the one 401 retry, the 429 retries and aiohttp's one resend on a kept
-connection found closed), or interpret objects; load credentials (kubeconfig, exec plugins,
-in-cluster ServiceAccount tokens are kr8s's: everything here reads ``api.auth``, so that objects
-stay plain dicts the pure cores can read); follow redirects, or speak HTTP/2 (aiohttp has none; the
-API server answers HTTP/1.1).
+connection found closed), or interpret objects; load credentials (``shared.credentials`` does);
+follow redirects, or speak HTTP/2 (aiohttp has none; the API server answers HTTP/1.1).
 """
 
 from __future__ import annotations
@@ -68,21 +66,20 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
+import os
 import socket
 import ssl
-import warnings
 from collections.abc import AsyncGenerator, Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Final, Literal
 from urllib.parse import urlencode
 
 import aiohttp
-import kr8s
-import kr8s.asyncio
 import orjson
 from opentelemetry import trace
 from yarl import URL
 
+from shared.credentials import Credentials, CredentialSource
 from shared.telemetry.tracing import note_write
 
 Obj = dict[str, Any]
@@ -124,7 +121,7 @@ READ_BUFFER_BYTES: Final = 262_144
 REQUEST_POOL_SIZE: Final = 16
 # An error answer to a watch is one Status object (a few hundred bytes); more is not read.
 WATCH_ERROR_BODY_BYTES: Final = 65_536
-# How often a call is sent after a 401: once more, after kr8s re-read the credentials (a second
+# How often a call is sent after a 401: once more, after the credentials were loaded again (a second
 # 401 is an answer: the new credentials are not valid either).
 UNAUTHORIZED: Final = 401
 # A 429 is sent again this many times (client-go: up to 10) before it is the caller's.
@@ -135,7 +132,7 @@ RETRY_AFTER_DEFAULT_SECONDS: Final = 1.0
 # The longest pause a Retry-After gets here: a server asking for more is down for longer than one
 # call should wait; the caller's backoff takes it from there.
 RETRY_AFTER_MAX_SECONDS: Final = 10.0
-# Sent on each request, so the API server's audit log tells this client's calls from kopf's.
+# Sent on each request, so the API server's audit log tells this client's calls from others'.
 USER_AGENT: Final = "cozystack-operators/shared.kube"
 # An error answer that is not a Status object (a proxy's HTML page, say) is quoted up to this much.
 ERROR_TEXT_CHARS: Final = 500
@@ -150,6 +147,10 @@ TCP_USER_TIMEOUT_MS: Final = 10_000
 # A retired pool is closed this much after its retirement: calls in flight on it finish meanwhile
 # (or time out: no request outlives its read timeout, which this must exceed).
 RETIRED_POOL_GRACE_SECONDS: Final = DEFAULT_READ_TIMEOUT_SECONDS * 2
+
+
+class ApiTimeoutError(Exception):
+    """No answer (or no data on a watch) within the call's bound."""
 
 
 class ApiError(Exception):
@@ -171,7 +172,7 @@ class ApiError(Exception):
 
 # What a call that got no answer raises (see the module docstring). ``OSError`` covers a refused or
 # reset connection aiohttp did not wrap, and ``TimeoutError``, a caller's own deadline around a call.
-NO_ANSWER: Final = (aiohttp.ClientError, kr8s.APITimeoutError, OSError)
+NO_ANSWER: Final = (aiohttp.ClientError, ApiTimeoutError, OSError)
 
 
 def decode(data: bytes) -> Any:
@@ -285,17 +286,20 @@ class _Pools:
 
 
 class Kube:
-    """Plain-JSON verbs with kr8s's credentials, over aiohttp (see the module docstring)."""
+    """Plain-JSON verbs with in-memory credentials, over aiohttp (see the module docstring)."""
 
     def __init__(
         self,
-        api: kr8s.asyncio.Api,
+        credentials: Credentials,
         tracer: trace.Tracer | None = None,
         *,
+        reload: Callable[[], Awaitable[Credentials]] | None = None,
         timeout: Timeout | None = None,
         sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
     ) -> None:
-        self.api = api
+        self.credentials = credentials
+        self.kubeconfig: str | None = None  # the file it was connected from, if one was named
+        self.reload = reload or CredentialSource().load  # after a 401: the credentials loaded again
         # Every write becomes a child span of the current pass and marks that pass "changed".
         self.tracer = tracer
         self.timeout = timeout or DEFAULT_TIMEOUT
@@ -314,17 +318,15 @@ class Kube:
         timeout: Timeout | None = None,  # noqa: ASYNC109 - every request's, not this call's
     ) -> Kube:
         """From a kubeconfig path, or (None) the usual chain: $KUBECONFIG, ~/.kube/config, in-cluster."""
-        with warnings.catch_warnings():
-            # kr8s warns about any server newer than the releases it was tested with; the verbs used
-            # here are stable v1 REST, so the warning says nothing about this code.
-            warnings.filterwarnings("ignore", "Kubernetes version", UserWarning)
-            api = await kr8s.asyncio.api(kubeconfig=kubeconfig) if kubeconfig else await kr8s.asyncio.api()
-        return cls(api, timeout=timeout)
+        source = CredentialSource(kubeconfig)
+        kube = cls(await source.load(), reload=source.load, timeout=timeout)
+        kube.kubeconfig = kubeconfig or os.environ.get("KUBECONFIG")
+        return kube
 
     def with_own_connections(self) -> Kube:
         """A client with the same credentials and timeouts but pools of its own (and no tracer):
         for traffic that must never queue behind the rest for a connection (lease renewals)."""
-        return Kube(self.api, timeout=self.timeout, sleep=self._sleep)
+        return Kube(self.credentials, reload=self.reload, timeout=self.timeout, sleep=self._sleep)
 
     async def close(self) -> None:
         """Close every connection (a process that ends need not: its sockets go with it)."""
@@ -461,7 +463,7 @@ class Kube:
 
         ``timeout_seconds`` is the server's: it ends the watch normally then. ``idle_timeout`` is
         ours: the longest the stream may stay silent (default: the server's timeout plus a grace),
-        after which kr8s's ``APITimeoutError`` is raised. A non-200 answer raises ``ApiError`` (410
+        after which ``ApiTimeoutError`` is raised. A non-200 answer raises ``ApiError`` (410
         Gone included); an ERROR event is yielded like any other."""
         params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
         if resource_version:
@@ -560,8 +562,8 @@ class Kube:
         timing: aiohttp.ClientTimeout,
         watch: bool,
     ) -> aiohttp.ClientResponse:
-        auth = self.api.auth
-        pools = await self._pools_now(auth)
+        auth = self.credentials
+        pools = self._pools_now(auth)
         session = pools.watches if watch else pools.requests
         headers = {"Accept": "application/json", "User-Agent": USER_AGENT}
         if auth.token:
@@ -569,7 +571,7 @@ class Kube:
         if payload is not None:
             headers["Content-Type"] = content_type
         url = URL(f"{str(auth.server).rstrip('/')}{target}", encoded=True)
-        if not url.host:  # kr8s is re-reading the credentials this moment, or they name no server
+        if not url.host:  # the credentials name no server
             raise aiohttp.InvalidURL(f"no API server address in {auth.server!r}")
         try:
             return await session.request(
@@ -584,7 +586,7 @@ class Kube:
             )
         except TimeoutError:
             self._retire()
-            raise kr8s.APITimeoutError(f"no answer to {method} {_path_of(target)} in time") from None
+            raise ApiTimeoutError(f"no answer to {method} {_path_of(target)} in time") from None
         except asyncio.CancelledError:
             self._retire()  # a caller's deadline, most likely: what it waited on is suspect too
             raise
@@ -593,7 +595,7 @@ class Kube:
             raise
 
     async def _timed(self, reading: Awaitable[bytes], path: str, idle: float | None = None) -> bytes:
-        """One read of an answer's body, its timeout as kr8s's ``APITimeoutError``."""
+        """One read of an answer's body, its timeout as ``ApiTimeoutError``."""
         try:
             return await reading
         except TimeoutError:
@@ -602,19 +604,15 @@ class Kube:
                 # and so, most likely, did every connection of its time; calls waiting on them fail
                 # now instead of at their timeouts.
                 self._retire(at_once=True)
-                raise kr8s.APITimeoutError(f"no data on the watch of {path} for {idle:g}s") from None
+                raise ApiTimeoutError(f"no data on the watch of {path} for {idle:g}s") from None
             self._retire()
-            raise kr8s.APITimeoutError(f"no answer from {path} in time") from None
+            raise ApiTimeoutError(f"no answer from {path} in time") from None
 
-    async def _pools_now(self, auth: Any) -> _Pools:
+    def _pools_now(self, auth: Credentials) -> _Pools:
         loop = asyncio.get_running_loop()
         pools = self._pools
         if pools is None or pools.loop is not loop:
-            tls: ssl.SSLContext | bool = False
-            if str(auth.server).startswith("https:"):
-                # kr8s answers True when the kubeconfig names no CA and no client certificate:
-                # aiohttp then verifies against the system's CA bundle, as kubectl would.
-                tls = await auth.ssl_context()
+            tls: ssl.SSLContext | bool = auth.tls or False
             if self._pools is not None and self._pools.loop is not loop:
                 self._pools = None  # another loop's (a test's, a script's): left to it
             if self._pools is None:
@@ -645,13 +643,13 @@ class Kube:
         task.add_done_callback(self._retired.pop)
 
     async def _reauthenticate(self, generation: int) -> None:
-        """kr8s re-reads the credentials, once for every call that was answered 401 with them."""
+        """The credentials loaded again, once for every call that was answered 401 with them."""
         if self._reauthenticating is None:
             self._reauthenticating = asyncio.Lock()
         async with self._reauthenticating:
             if self._generation != generation:
                 return  # another call re-read them meanwhile
-            await self.api.auth.reauthenticate()
+            self.credentials = await self.reload()
             self._generation += 1
             self._retire()  # the TLS client certificate may be another one now
 

@@ -1,32 +1,24 @@
-"""How both operators run: kopf owns the process, the runtime's manager owns the work.
+"""How both operators run: a plain asyncio process, the runtime's manager owns the work.
 
 Decides what the two operators must not differ in:
 
 * the flags every operator has (kubeconfig, metrics and health ports, leader election, the API
   timeout and the bound of a stuck reconcile), each with an environment variable as its default,
   under the operator's own prefix;
-* kopf runs the process (signals, login, start-up and clean-up) with no resource handler at all:
-  every kind is watched by the runtime's informers, so kopf writes nothing to any object. Still,
-  each operator has its own kopf finalizer name and annotation prefix (never kopf's defaults,
-  never each other's), kopf's log-to-Event posting is off and cluster scanning is off (no CRD or
-  namespace watch, so no permission for it);
-* who the process is to kopf: the Pod name (Downward API ``POD_NAME``) or the host name, given to
-  kopf explicitly, never kopf's default, which asks the user database (``getpass.getuser()``) and
-  crashes when the uid has no passwd entry (the image's 65532, or any uid a hoster's policy picks);
-* where kopf logs in from inside a Pod: the API server the kubelet names in
-  ``KUBERNETES_SERVICE_HOST``/``_PORT`` (as kr8s does), never kopf's fixed
-  ``https://kubernetes.default.svc``, which a Pod without cluster DNS (hostNetwork, a bare node)
-  cannot resolve;
-* the event loop: uvloop's, as kopf's own CLI picks when it is installed: its
-  transports and TLS are what every watch event and request goes through, and they cut the GPUClass
-  operator's whole CPU per Pod watch event under churn by about a quarter (721 to 555 us in the live
-  benchmark); nothing here depends on the loop's implementation, and the one error uvloop logs
-  where asyncio's loop does not (TLS data for a connection we closed) is logged at debug level
-  (``quiet_closed_transport``);
-* start-up order: metrics and health servers, then the manager (caches, sync barrier, leader
-  election, controllers); on SIGTERM the lease is handed over before the process ends; when the
-  manager fails (the lease lost) the process exits non-zero, so the kubelet restarts it as a
-  standby.
+* the process: metrics and health servers, then one client (credentials loaded once, in memory:
+  ``shared.credentials``), then the manager (caches, sync barrier, leader election,
+  controllers); SIGTERM or SIGINT hands the lease over before the process ends; when the manager
+  fails (the lease lost) the process exits non-zero, so the kubelet restarts it as a standby;
+* the event loop: uvloop's: its transports and TLS are what every watch event and request goes
+  through, and they cut the GPUClass operator's whole CPU per Pod watch event under churn by about
+  a quarter (721 to 555 us in the live benchmark); nothing here depends on the loop's
+  implementation, and the one error uvloop logs where asyncio's loop does not (TLS data for a
+  connection we closed) is logged at debug level (``quiet_closed_transport``).
+
+No framework runs the process: the operators have no resource handler a framework would serve
+(every kind is watched by the runtime's informers), and what one gave (signals, a login, start-up
+and clean-up hooks) is the few lines of ``serve_manager``; a second credentials loader with its
+own key files on disk was its cost.
 
 Does not declare any cache or controller (each operator's ``controller.build`` does).
 """
@@ -35,20 +27,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import dataclasses
-import ipaddress
 import logging
 import os
-import socket
+import signal
 import sys
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Final
 
-import kopf
 import uvloop
-from kopf._core.engines.peering import Identity as KopfIdentity  # kopf does not re-export the type
 from prometheus_client import CollectorRegistry
 
 from shared.kube import Kube, Timeout
@@ -64,6 +52,8 @@ SERVICEACCOUNT_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serv
 # Every API call but a watch gets this long to answer; a watch gets bookmarks at least this often.
 DEFAULT_API_TIMEOUT_SECONDS: Final = 30.0
 CONNECT_TIMEOUT_SECONDS: Final = 5.0
+# Logged once the interpreter, the imports and the credentials are ready (a cold start's first step).
+STARTED_LOG: Final = "started: credentials loaded for"
 
 
 @dataclass(frozen=True)
@@ -152,34 +142,6 @@ def own_namespace(environ: Mapping[str, str] = os.environ) -> str:
         return "default"
 
 
-def in_cluster_server(environ: Mapping[str, str] = os.environ) -> str | None:
-    """The API server a Pod is told about (``https://host:port``, an IPv6 host bracketed), or
-    None outside a Pod."""
-    host, port = environ.get("KUBERNETES_SERVICE_HOST"), environ.get("KUBERNETES_SERVICE_PORT")
-    if not host or not port:
-        return None
-    try:
-        ipaddress.IPv6Address(host)
-    except ValueError:
-        return f"https://{host}:{port}"
-    return f"https://[{host}]:{port}"
-
-
-def kopf_identity(environ: Mapping[str, str] = os.environ) -> KopfIdentity:
-    """Who this process is to kopf: the Pod name, else the host name; never a user name."""
-    return KopfIdentity(environ.get("POD_NAME") or socket.gethostname())
-
-
-def kopf_settings(kopf_finalizer: str, storage_prefix: str) -> kopf.OperatorSettings:
-    settings = kopf.OperatorSettings()
-    settings.persistence.finalizer = kopf_finalizer
-    settings.persistence.progress_storage = kopf.AnnotationsProgressStorage(prefix=storage_prefix)
-    settings.persistence.diffbase_storage = kopf.AnnotationsDiffBaseStorage(prefix=storage_prefix)
-    settings.posting.enabled = False
-    settings.scanning.disabled = True
-    return settings
-
-
 def quiet_closed_transport(loop: asyncio.AbstractEventLoop, context: dict[str, Any]) -> None:
     """The event loop's exception handler: uvloop reports TLS data that arrives on a connection we
     have just closed (a retired pool, a watch cut at its idle bound) as a "Fatal error on SSL
@@ -198,103 +160,69 @@ def quiet_closed_transport(loop: asyncio.AbstractEventLoop, context: dict[str, A
     loop.default_exception_handler(context)
 
 
-@dataclass(frozen=True)
-class Identity:
-    """What names one operator: its metrics/trace name and kopf's markers (ours, never shared)."""
-
-    name: str  # "gpuclass" | "endpointattachment"
-    kopf_finalizer: str
-    storage_prefix: str
-
-
-def run(
-    identity: Identity,
-    settings: RuntimeSettings,
-    build: Callable[[Manager, CollectorRegistry], None],
-) -> int:
-    """Serve metrics and health, then run kopf (and in it the manager) until stopped."""
-    if settings.kubeconfig:
-        os.environ["KUBECONFIG"] = settings.kubeconfig  # kopf's login and kr8s both read it there
+def run(name: str, settings: RuntimeSettings, build: Callable[[Manager, CollectorRegistry], None]) -> int:
+    """Serve metrics and health, then run the manager until stopped; the process's exit code."""
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
-    logging.getLogger("httpx").setLevel(logging.WARNING)  # kr8s's client, as kr8s loads credentials
     registry = CollectorRegistry(auto_describe=True)
-    tracing = Tracing(provider_from_env(f"cozystack-{identity.name}-operator"), f"cozystack.{identity.name}")
-    holder: dict[str, Any] = {}
+    tracing = Tracing(provider_from_env(f"cozystack-{name}-operator"), f"cozystack.{name}")
+    holder: dict[str, Manager] = {}
     health = Health(
         live=[lambda: holder["manager"].liveness_problem() if "manager" in holder else None],
         ready=[lambda: holder["manager"].readiness_problem() if "manager" in holder else "starting"],
     )
     serve(registry, settings.metrics_address, settings.metrics_port)
     health.serve(settings.metrics_address, settings.health_port)
-    stop = asyncio.Event()
-    exit_code = 0
-    kopf_registry = kopf.OperatorRegistry()
-
-    @kopf.on.login(registry=kopf_registry)
-    def login(**kwargs: Any) -> kopf.ConnectionInfo | None:
-        in_cluster = kopf.login_with_service_account(**kwargs)
-        server = in_cluster_server()
-        if in_cluster is not None and server is not None:
-            return dataclasses.replace(in_cluster, server=server)
-        return in_cluster or kopf.login_with_kubeconfig(**kwargs)
-
-    @kopf.on.startup(registry=kopf_registry)
-    async def startup(**_: Any) -> None:
-        timeout = Timeout(settings.api_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
-        kube = await Kube.connect(settings.kubeconfig, timeout=timeout)
-        kube.tracer = tracing.tracer
-        election = LeaderElection(
-            enabled=settings.leader_elect,
-            namespace=settings.leader_election_namespace or own_namespace(),
-            name=settings.leader_election_id or f"cozystack-{identity.name}-operator",
-        )
-        manager = Manager(
-            kube, registry, tracing, leader_election=election, stuck_seconds=settings.stuck_seconds
-        )
-        build(manager, registry)
-        holder["manager"] = manager
-
-        def finished(task: asyncio.Task[None]) -> None:
-            nonlocal exit_code
-            if not task.cancelled() and task.exception() is not None:
-                log.error("stopping: %s", task.exception())
-                exit_code = 1
-                stop.set()
-
-        holder["tasks"] = [
-            asyncio.create_task(manager.run(), name="manager"),
-            asyncio.create_task(health.heartbeat(), name="heartbeat"),
-        ]
-        holder["tasks"][0].add_done_callback(finished)
-
-    @kopf.on.cleanup(registry=kopf_registry)
-    async def cleanup(**_: Any) -> None:
-        for task in holder.get("tasks", []):
-            task.cancel()  # no pass starts a write after this...
-        if "manager" in holder:
-            await holder["manager"].release()  # ...so the lease is handed over with nothing in flight
-        stop.set()  # kopf's own stop-flag waiter ends now, not after its grace period
-
     try:
         with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
             runner.get_loop().set_exception_handler(quiet_closed_transport)
-            kopf.run(
-                loop=runner.get_loop(),
-                registry=kopf_registry,
-                settings=kopf_settings(identity.kopf_finalizer, identity.storage_prefix),
-                clusterwide=True,
-                standalone=True,
-                identity=kopf_identity(),
-                stop_flag=stop,
-            )
+            return runner.run(serve_manager(name, settings, build, registry, tracing, health, holder))
     finally:
         shutdown = getattr(tracing.provider, "shutdown", None)
         if callable(shutdown):
             shutdown()  # flush the last spans
-    return exit_code
 
 
-def main(
-    identity: Identity, settings: RuntimeSettings, build: Callable[[Manager, CollectorRegistry], None]
-) -> None:
-    sys.exit(run(identity, settings, build))
+async def serve_manager(
+    name: str,
+    settings: RuntimeSettings,
+    build: Callable[[Manager, CollectorRegistry], None],
+    registry: CollectorRegistry,
+    tracing: Tracing,
+    health: Health,
+    holder: dict[str, Manager],
+) -> int:
+    """Run the manager until a signal or its failure; on the way out, hand the lease over."""
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for signum in (signal.SIGTERM, signal.SIGINT):
+        loop.add_signal_handler(signum, stop.set)
+    timeout = Timeout(settings.api_timeout_seconds, connect=CONNECT_TIMEOUT_SECONDS)
+    kube = await Kube.connect(settings.kubeconfig, timeout=timeout)
+    log.info("%s %s", STARTED_LOG, kube.credentials.server)
+    kube.tracer = tracing.tracer
+    election = LeaderElection(
+        enabled=settings.leader_elect,
+        namespace=settings.leader_election_namespace or own_namespace(),
+        name=settings.leader_election_id or f"cozystack-{name}-operator",
+    )
+    manager = Manager(kube, registry, tracing, leader_election=election, stuck_seconds=settings.stuck_seconds)
+    build(manager, registry)
+    holder["manager"] = manager
+    work = asyncio.create_task(manager.run(), name="manager")
+    heartbeat = asyncio.create_task(health.heartbeat(), name="heartbeat")
+    stopped = asyncio.create_task(stop.wait(), name="signal")
+    await asyncio.wait((work, stopped), return_when=asyncio.FIRST_COMPLETED)
+    failure = None if work.cancelled() or not work.done() else work.exception()
+    for task in (work, heartbeat, stopped):
+        task.cancel()  # no pass starts a write after this...
+    await asyncio.gather(work, heartbeat, stopped, return_exceptions=True)
+    await manager.release()  # ...so the lease is handed over with nothing in flight
+    await kube.close()
+    if failure is not None:
+        log.error("stopping: %s", failure)
+        return 1
+    return 0
+
+
+def main(name: str, settings: RuntimeSettings, build: Callable[[Manager, CollectorRegistry], None]) -> None:
+    sys.exit(run(name, settings, build))

@@ -33,7 +33,7 @@ starts. Then, in turns:
 
 Each turn's ratio operator ÷ baseline is taken (the machine's load drifts between turns, less within
 one) and the median turn's has the target ``TARGET_RATIO``. Context: the logged steps of the start
-(kopf started, caches synced, leading), both processes' CPU, the operator's VmRSS and VmHWM when it
+(started, caches synced, leading), both processes' CPU, the operator's VmRSS and VmHWM when it
 has drained, and per attachment: (VmRSS - the warm-up operator's VmRSS on the world before any
 attachment) ÷ attachments.
 

@@ -63,6 +63,7 @@ from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
 from operators.gpuclass.reconcile import decide
 from shared.kube import NO_ANSWER, REQUEST_POOL_SIZE, ApiError, Kube, Obj
+from shared.operator import STARTED_LOG
 from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS
 from tests.support.manifests import ROOT, apply_all, load
 from tests.support.waiting import wait_for_object
@@ -106,7 +107,7 @@ LOG_TIME_LENGTH: Final = len("2025-03-01 10:00:00,000")
 # The steps of a start the operator logs, as (row label, text of the log line).
 LEADING_LINE: Final = "leading: starting controllers"
 LOG_STEPS: Final = (
-    ("kopf started (interpreter, imports)", "kopf.activities.startup"),
+    ("started (interpreter, imports, credentials)", STARTED_LOG),
     ("caches synced", "caches synced:"),
     ("leading", LEADING_LINE),
 )

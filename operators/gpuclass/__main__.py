@@ -1,9 +1,7 @@
 """python -m operators.gpuclass: read the settings, then run the operator (``shared.operator``).
 
-Decides: the operator's identity (its metrics and trace name, and kopf's markers: ours, never kopf's
-defaults, never shared with the EndpointAttachment operator; kopf writes neither, since it runs no
-resource handler). Replicas elect a leader through a Lease: only the leader reconciles and writes,
-a standby keeps its caches warm.
+Decides: the operator's name (its metrics and trace name, and its Lease's). Replicas elect a leader
+through a Lease: only the leader reconciles and writes, a standby keeps its caches warm.
 
 Does not: declare caches or controllers (``controller.build`` does) or run anything itself.
 """
@@ -20,9 +18,7 @@ from operators.gpuclass.settings import parse
 from shared import operator
 from shared.runtime.manager import Manager
 
-KOPF_FINALIZER: Final = "gpuclass.operator.cozystack.io/kopf"
-STORAGE_PREFIX: Final = "gpuclass.operator.cozystack.io"
-IDENTITY: Final = operator.Identity("gpuclass", KOPF_FINALIZER, STORAGE_PREFIX)
+NAME: Final = "gpuclass"
 
 
 def main(argv: Sequence[str] | None = None) -> None:
@@ -31,7 +27,7 @@ def main(argv: Sequence[str] | None = None) -> None:
     def declare(manager: Manager, registry: CollectorRegistry) -> None:
         build(manager, registry, settings)
 
-    operator.main(IDENTITY, settings.runtime, declare)
+    operator.main(NAME, settings.runtime, declare)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ is not served, or the CR is absent) or an empty namespace is ``NotInstalled``; 4
 ``Forbidden``; 5xx, 429, transport failures and **timeouts** are ``Unavailable`` since the first
 failure of the current outage (so the pass keeps the last definitive read for the grace period).
 A call with no answer fails in whichever shape the client gives it (``shared.kube.NO_ANSWER``:
-kr8s's ``APITimeoutError``, an aiohttp client error, or a bare ``TimeoutError`` from a deadline
+``ApiTimeoutError``, an aiohttp client error, or a bare ``TimeoutError`` from a deadline
 around the call): every one is ``Unavailable``, never an error of the pass. Several CRs in the
 namespace (with no name set) are ``Unavailable`` too: none of them is "the" CR.
 

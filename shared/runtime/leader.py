@@ -34,9 +34,7 @@ from dataclasses import dataclass
 from datetime import UTC, datetime
 from typing import Any, Final, Protocol
 
-import kr8s
-
-from shared.kube import ApiError, Obj
+from shared.kube import ApiError, ApiTimeoutError, Obj
 from shared.resources import LEASES
 from shared.runtime.metrics import LeaderMetrics
 
@@ -233,7 +231,7 @@ class LeaderElector:
             async with asyncio.timeout(budget):
                 held = await self._try_acquire_or_renew()
         except Exception as error:  # a failed attempt is retried; only the deadline decides
-            self._unanswered = isinstance(error, TimeoutError | kr8s.APITimeoutError)
+            self._unanswered = isinstance(error, TimeoutError | ApiTimeoutError)
             log.warning("lease %s/%s: attempt failed: %r", self.namespace, self.name, error)
             return False
         if held:

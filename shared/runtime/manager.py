@@ -14,8 +14,8 @@ Decides the order every controller of both operators starts in, as controller-ru
    informer's open watch has heard nothing past its blind bound (``Informer.blind_for``);
    readiness is the sync barrier.
 
-Does not: know any kind, reconcile anything, or talk to kopf (``shared.operator`` runs the manager
-inside kopf's start-up and clean-up).
+Does not: know any kind, reconcile anything, or run the process (``shared.operator`` starts the
+manager and releases it on the way out).
 """
 
 from __future__ import annotations

@@ -182,7 +182,7 @@ RECOVERY_SECONDS: Final = 30.0
 TIMED_OUT_WITHIN_SECONDS: Final = 8.0
 # Log lines that show a call timed out, and that a watch's connection was lost (the informer then
 # watches again from its last version; no LIST).
-TIMED_OUT_MARK: Final = "APITimeoutError"
+TIMED_OUT_MARK: Final = "ApiTimeoutError"
 WATCH_LOST_MARK: Final = "watching again from its last version"
 LOG_POLL_SECONDS: Final = 0.1
 ATTACHMENT_WAIT_SECONDS: Final = 40.0

@@ -13,11 +13,10 @@ import asyncio
 from collections.abc import AsyncIterator
 from pathlib import Path
 
-import kr8s
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NO_ANSWER, Kube, Timeout
+from shared.kube import NO_ANSWER, ApiTimeoutError, Kube, Timeout
 from shared.resources import NAMESPACES, Resource
 from tests.support.faultproxy import (
     LISTEN_HOST,
@@ -114,12 +113,12 @@ async def test_blackhole_times_calls_out_on_open_and_new_connections(
     await proxy.set_mode(Mode.BLACKHOLE)
     # The open connection stays open (no reset tells the client anything) and answers nothing.
     assert proxy.connections == open_before
-    with pytest.raises(kr8s.APITimeoutError):
+    with pytest.raises(ApiTimeoutError):
         await proxied.get(PROBE)
     # The client dropped the connection that timed out; its next call opens a new one, which is
     # accepted and held: the TLS handshake never gets an answer.
     accepted = proxy.accepted
-    with pytest.raises(kr8s.APITimeoutError):
+    with pytest.raises(ApiTimeoutError):
         await proxied.get(PROBE)
     assert proxy.accepted > accepted
     assert proxy.held >= 1
@@ -136,7 +135,7 @@ async def test_strand_leaves_open_connections_half_open_and_serves_new_ones(
     assert proxy.strand() == open_before
     assert proxy.mode is Mode.FORWARD  # the mode is unchanged: new connections are forwarded
     # The kept connection stays open (no reset tells the client anything) and answers nothing...
-    with pytest.raises(kr8s.APITimeoutError):
+    with pytest.raises(ApiTimeoutError):
         await proxied.get(PROBE)
     # The timeout retired the client's pool: its next call dials a new connection, which is served.
     accepted = proxy.accepted
@@ -151,21 +150,21 @@ async def test_hang_serves_open_connections_and_holds_new_ones(
     cluster: ClusterInfo, proxy: FaultProxy, proxied: Kube, tmp_path: Path
 ) -> None:
     assert await answers(proxied)
-    # Another client's kubeconfig (kr8s shares one session per kubeconfig: this one is separate).
     newcomer = proxy_kubeconfig(cluster.kubeconfig, proxy, tmp_path / "newcomer.kubeconfig")
 
     await proxy.set_mode(Mode.HANG)
     # The connection the client has keeps working...
     assert await answers(proxied)
     # ...while a new client's first connection is accepted and held, unanswered.
-    connecting = asyncio.create_task(Kube.connect(newcomer, timeout=CLIENT_TIMEOUT))
+    late = await Kube.connect(newcomer, timeout=CLIENT_TIMEOUT)  # credentials only: no call yet
+    connecting = asyncio.create_task(answers(late))
     try:
         await proxy.wait_until(lambda p: p.held >= 1, WAIT_SECONDS, "the new client's connection held")
         assert not connecting.done(), "a held connection was answered"
 
         # Forwarding again connects the held connection upstream: the waiting client gets through.
         await proxy.set_mode(Mode.FORWARD)
-        late = await asyncio.wait_for(connecting, WAIT_SECONDS)
+        assert await asyncio.wait_for(connecting, WAIT_SECONDS)
     finally:
         connecting.cancel()
     assert await answers(late)

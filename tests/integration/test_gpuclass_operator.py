@@ -330,7 +330,7 @@ async def test_reference_fixture_gives_the_design_table(
     assert samples[("leader_election_master_status", (("name", LEASE),))] == 1
     assert await operator.healthz() == 200
 
-    # Informers only: nothing (no kopf annotation, no finalizer) was written to Nodes or Pods.
+    # Informers only: nothing (no annotation, no finalizer) was written to Nodes or Pods.
     for resource, namespace in ((NODES, None), (PODS, world.namespace)):
         for item in (await kube.list(resource.path(namespace)))["items"]:
             assert not item["metadata"].get("annotations"), item["metadata"]

@@ -4,8 +4,8 @@ Run as uid 65532 with no passwd entry for it (``podman run --passwd=false``, as 
 default would make one up), a read-only root and no capabilities, in-cluster credentials only (the
 ServiceAccount directory and ``KUBERNETES_SERVICE_HOST``/``_PORT``, no kubeconfig, no cluster DNS):
 the GPUClass operator becomes ready, takes its Lease under its Pod name, and reconciles a class.
-Before the fix it died at once: kopf asked ``getpass.getuser()`` for an identity, which has no
-answer for a uid without a passwd entry. The image carries no pip, setuptools or pkg_resources.
+Nothing in it may ask the user database (``getpass.getuser()``), which has no answer for a uid
+without a passwd entry. The image carries no pip, setuptools or pkg_resources.
 """
 
 from __future__ import annotations

@@ -1,19 +1,20 @@
 """Refusals and stale credentials against the real API server, as a ServiceAccount that may read and
 watch ConfigMaps in its namespace and nothing else.
 
-* A 403 is an answer, not a reason to re-authenticate: kr8s does not re-read the credentials, and
+* A 403 is an answer, not a reason to re-authenticate: the credentials are not loaded again, and
   the informer's watch (and the client's pools) are left alone.
-* A 401 has kr8s re-read the credentials once (``auth.reauthenticate``), for a request and for a
-  watch, and the call is sent again. To make the token a client holds invalid at once (the API server
-  caches a valid token's authentication for seconds, so revoking a real one is not instant), the
-  tests put a token that was never valid where kr8s keeps it (``auth.token``); the kubeconfig file
-  keeps the valid one, as it would after a rotation.
+* A 401 has the credentials loaded again once (``Kube.reload``), for a request and for a watch, and
+  the call is sent again. To make the token a client holds invalid at once (the API server caches a
+  valid token's authentication for seconds, so revoking a real one is not instant), the tests put a
+  token that was never valid in the client's credentials; the kubeconfig file keeps the valid one, as
+  it would after a rotation.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 from collections.abc import AsyncIterator
 from pathlib import Path
 
@@ -21,6 +22,7 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from shared.credentials import Credentials
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import CONFIGMAPS, SERVICE_ACCOUNTS, Resource
 from shared.runtime.cache import Informer, Store
@@ -29,7 +31,7 @@ from tests.support.identity import serviceaccount_kubeconfig
 SECRETS = Resource("v1", "secrets")
 DEADLINE = 30.0  # seconds; each wait here is over in well under one on an idle control plane
 NOT_A_TOKEN = "not-a-token"  # never issued: the API server answers 401 to it, and caches no success
-FORBIDDEN_READS = 3  # kr8s used to re-authenticate (and replace its session) on each of these
+FORBIDDEN_READS = 3  # none of these may re-authenticate (or replace the client's pools)
 
 
 def configmap(name: str) -> Obj:
@@ -63,7 +65,6 @@ async def reader_kubeconfig(kube: Kube, cluster: ClusterInfo, namespace: str, pa
 
 @pytest.fixture
 async def reader(kube: Kube, cluster: ClusterInfo, namespace: str, tmp_path: Path) -> Kube:
-    # kr8s shares one Api per kubeconfig path: this test's path is its own.
     return await Kube.connect(
         await reader_kubeconfig(kube, cluster, namespace, tmp_path / "reader.kubeconfig")
     )
@@ -102,16 +103,21 @@ async def running(informer: Informer) -> AsyncIterator[None]:
 
 
 class Reauthentications:
-    """Counts kr8s's re-reads of the credentials, passing each on to kr8s."""
+    """Counts the client's loads of its credentials, passing each on."""
 
     def __init__(self, kube: Kube) -> None:
         self.count = 0
-        self._reauthenticate = kube.api.auth.reauthenticate
-        kube.api.auth.reauthenticate = self  # type: ignore[method-assign]
+        self._reload = kube.reload
+        kube.reload = self
 
-    async def __call__(self) -> None:
+    async def __call__(self) -> Credentials:
         self.count += 1
-        await self._reauthenticate()
+        return await self._reload()
+
+
+def stale(kube: Kube) -> None:
+    """The client's token is one the API server never issued (its kubeconfig keeps the valid one)."""
+    kube.credentials = dataclasses.replace(kube.credentials, token=NOT_A_TOKEN)
 
 
 async def test_a_forbidden_read_leaves_every_open_watch_alone(
@@ -131,7 +137,7 @@ async def test_a_forbidden_read_leaves_every_open_watch_alone(
 
         await kube.create(CONFIGMAPS.path(namespace), configmap("after-the-refusals"))
         await added.until("after-the-refusals")
-        assert reauthentications.count == 0  # kr8s did not re-read the credentials
+        assert reauthentications.count == 0  # the credentials were not loaded again
         assert reader._pools is pools  # no pool was retired
         assert informer.relists == 0  # the informer's watch never broke
 
@@ -139,21 +145,21 @@ async def test_a_forbidden_read_leaves_every_open_watch_alone(
 async def test_a_stale_token_is_re_read_once_for_a_request(kube: Kube, reader: Kube, namespace: str) -> None:
     await reader.list(CONFIGMAPS.path(namespace))  # a kept connection, dialled with the valid token
     reauthentications = Reauthentications(reader)
-    reader.api.auth.token = NOT_A_TOKEN
+    stale(reader)
     assert (await reader.list(CONFIGMAPS.path(namespace)))["kind"] == "ConfigMapList"
     assert reauthentications.count == 1
-    assert reader.api.auth.token != NOT_A_TOKEN  # kr8s re-read the kubeconfig
+    assert reader.credentials.token != NOT_A_TOKEN  # the kubeconfig was read again
 
 
 async def test_a_stale_token_is_re_read_once_for_a_watch(kube: Kube, reader: Kube, namespace: str) -> None:
     listed = await reader.list(CONFIGMAPS.path(namespace))
-    reader.api.auth.token = NOT_A_TOKEN
+    stale(reader)
     await kube.create(CONFIGMAPS.path(namespace), configmap("seen-after-401"))
     events = reader.watch(CONFIGMAPS.path(namespace), resource_version=listed["metadata"]["resourceVersion"])
     async with asyncio.timeout(DEADLINE), contextlib.aclosing(events):
         kind, obj = await anext(events)
     assert (kind, obj["metadata"]["name"]) == ("ADDED", "seen-after-401")
-    assert reader.api.auth.token != NOT_A_TOKEN
+    assert reader.credentials.token != NOT_A_TOKEN
 
 
 async def first_event(events: AsyncIterator[tuple[str, Obj]]) -> tuple[str, Obj]:
@@ -168,12 +174,12 @@ async def test_credentials_that_stay_invalid_are_a_401(reader: Kube, namespace: 
     config["users"][0]["user"]["token"] = NOT_A_TOKEN
     path.write_text(yaml.safe_dump(config))
 
-    reader.api.auth.token = NOT_A_TOKEN
+    stale(reader)
     with pytest.raises(ApiError) as refused_watch:
         await first_event(reader.watch(CONFIGMAPS.path(namespace)))
     assert refused_watch.value.status == 401
 
-    reader.api.auth.token = NOT_A_TOKEN
+    stale(reader)
     with pytest.raises(ApiError) as refused_request:
         await reader.list(CONFIGMAPS.path(namespace))
     assert refused_request.value.status == 401

@@ -10,7 +10,7 @@ which the runtime puts in front of its lease identity (``<POD_NAME>_<random>``, 
 server, names the replica that holds it.
 
 How "only the leader writes" is proved, from the API server's side. The API server cannot tell the two
-replicas' requests apart: same ServiceAccount, same User-Agent (kr8s's), same field manager, and the
+replicas' requests apart: same ServiceAccount, same User-Agent, same field manager, and the
 local control plane has neither an audit log nor API Priority and Fairness metrics. What it does
 record is *when* each write happened relative to every other write: one etcd stores every kind, and
 an object's ``resourceVersion`` is the etcd revision of the write that produced it, a total order of
@@ -76,12 +76,11 @@ RETRY_PERIOD_SECONDS: Final = _DEFAULT_ELECTION.retry_period
 # slack for a loaded machine.
 TAKEOVER_SLACK_SECONDS: Final = 5.0
 TAKEOVER_BOUND_SECONDS: Final = LEASE_DURATION_SECONDS + TAKEOVER_SLACK_SECONDS
-# A released lease is taken at the standby's next retry: kopf's shutdown up to the clean-up that
-# releases (up to 1.5 s measured on a loaded machine), one retry period, a few requests, and slack.
+# A released lease is taken at the standby's next retry: the shutdown up to the release (up to 1.5 s measured on a loaded machine), one retry period, a few requests, and slack.
 # Half the lease duration: a takeover by expiry could not come before EARLIEST_TAKEOVER_SECONDS.
 HANDOVER_BOUND_SECONDS: Final = LEASE_DURATION_SECONDS / 2
 # A replica stopped by SIGTERM, or a leader resumed after its lease passed on (it must notice at once:
-# its renew deadline is long past), exits within this; kopf's shutdown takes part of it.
+# its renew deadline is long past), exits within this; its shutdown takes part of it.
 EXIT_TIMEOUT_SECONDS: Final = 15.0
 # A frozen leader renewed at most one retry period before it froze, and the standby counts the lease
 # duration from no earlier than that renewal: a takeover sooner than this came before expiry.

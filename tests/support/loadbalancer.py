@@ -50,7 +50,8 @@ async def load_balancer_session() -> AsyncIterator[None]:
 
 def kubeconfig_of(kube: Kube) -> str:
     """The kubeconfig file ``kube`` was connected with (MetalLB reads the same credentials)."""
-    return str(kube.api.auth.kubeconfig.path)
+    assert kube.kubeconfig, "a client connected from a kubeconfig file"
+    return kube.kubeconfig
 
 
 @contextlib.asynccontextmanager

@@ -13,7 +13,6 @@ from typing import Any, cast
 
 import aiohttp
 import jsonpatch
-import kr8s
 import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
@@ -35,7 +34,7 @@ from operators.gpuclass.kubevirt import STALE_READ_GRACE, Found, NotInstalled, U
 from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, read_kubevirt
 from operators.gpuclass.metrics import Metrics
 from operators.gpuclass.settings import Settings
-from shared.kube import ApiError, Kube
+from shared.kube import ApiError, ApiTimeoutError, Kube
 from shared.resources import EVENTS, KUBEVIRTS, NODES, PODS, Resource
 from shared.runtime.cache import Informer, Key, Obj, Store, key_of
 from shared.runtime.controller import Conflict, Controller, NotLeader, StaticCaches
@@ -404,7 +403,7 @@ async def test_our_own_status_writes_do_not_wake_the_pass() -> None:
 
 
 TIMEOUTS: list[BaseException] = [
-    kr8s.APITimeoutError("Timeout while waiting for the Kubernetes API server"),
+    ApiTimeoutError("Timeout while waiting for the Kubernetes API server"),
     aiohttp.ServerDisconnectedError(),
     TimeoutError(),
     ApiError(503, "ServiceUnavailable", "etcd is restarting"),

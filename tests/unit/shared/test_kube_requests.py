@@ -24,7 +24,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import kr8s
 import pytest
 
 from shared.kube import (
@@ -35,6 +34,7 @@ from shared.kube import (
     TCP_USER_TIMEOUT_MS,
     THROTTLED_RETRIES,
     ApiError,
+    ApiTimeoutError,
     Kube,
     Timeout,
     keepalive_socket,
@@ -42,7 +42,6 @@ from shared.kube import (
 )
 from shared.resources import CONFIGMAPS
 from tests.unit.shared.test_kube_watch import (
-    FakeApi,
     FakeAuth,
     Sleeps,
     chunked,
@@ -147,7 +146,7 @@ async def client(
     server: Server, timeout: Timeout | None = None, sleeps: Sleeps | None = None
 ) -> AsyncIterator[tuple[Kube, FakeAuth]]:
     auth = FakeAuth(f"http://127.0.0.1:{server.port}")
-    kube = Kube(FakeApi(auth), timeout=timeout, sleep=sleeps or Sleeps())  # type: ignore[arg-type]
+    kube = auth.kube(timeout=timeout, sleep=sleeps or Sleeps())
     try:
         async with asyncio.timeout(DEADLINE):
             yield kube, auth
@@ -260,7 +259,7 @@ async def test_the_pool_bounds_connections_and_the_rest_wait() -> None:
 async def test_a_request_unanswered_in_time_times_out_and_the_next_dials_afresh() -> None:
     async with serving([HANG], [ok(b'{"after":true}')]) as server:  # noqa: SIM117 - the server outlives the client
         async with client(server, timeout=Timeout(SHORT, connect=DEADLINE)) as (kube, _):
-            with pytest.raises(kr8s.APITimeoutError):
+            with pytest.raises(ApiTimeoutError):
                 await kube.get(CONFIGMAPS.path("ns", "a"))
             await server.client_closed.wait()
             assert kube._pools is None  # retired: nothing of that time is used again

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import itertools
 import json
 from collections import deque
@@ -23,10 +24,10 @@ from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import parse_qs, urlsplit
 
-import kr8s
 import pytest
 
-from shared.kube import NO_ANSWER, THROTTLED_RETRIES, ApiError, Kube, Lines, Obj, decode
+from shared.credentials import Credentials
+from shared.kube import NO_ANSWER, THROTTLED_RETRIES, ApiError, ApiTimeoutError, Kube, Lines, Obj, decode
 from shared.resources import CONFIGMAPS
 
 DEADLINE = 5.0  # seconds any wait here may take; each is over in milliseconds
@@ -214,7 +215,7 @@ def status_answer(code: int, reason: str, message: str = "", extra: str = "", ke
 
 @dataclass
 class FakeAuth:
-    """What the client uses of kr8s's ``KubeAuth``; ``reauthenticate`` hands out the next token."""
+    """The client's credentials and their source: each load hands out the next token."""
 
     server: str
     token: str | None = "first"
@@ -223,18 +224,18 @@ class FakeAuth:
     tls_server_name: str | None = None
     reauthentications: int = 0
 
-    async def reauthenticate(self) -> None:
+    def credentials(self) -> Credentials:
+        return Credentials(self.server, None, self.token, self.tls_server_name, self.proxy)
+
+    async def reload(self) -> Credentials:
         self.reauthentications += 1
-        await asyncio.sleep(0)  # as kr8s's, it awaits (an exec plugin, a file): others run meanwhile
+        await asyncio.sleep(0)  # as a real load, it awaits (an exec plugin): others run meanwhile
         self.token = self.next_tokens.pop(0)
+        return self.credentials()
 
-    async def ssl_context(self) -> bool:
-        raise AssertionError("plain HTTP here: no TLS context is asked for")
-
-
-@dataclass
-class FakeApi:
-    auth: FakeAuth
+    def kube(self, **options: Any) -> Kube:
+        """A client with these credentials (plain HTTP: no TLS context)."""
+        return Kube(self.credentials(), reload=self.reload, **options)
 
 
 @dataclass
@@ -249,7 +250,7 @@ class Sleeps:
 
 def kube_for(server: Server, sleeps: Sleeps | None = None, **auth: Any) -> tuple[Kube, FakeAuth]:
     fake = FakeAuth(f"http://127.0.0.1:{server.port}", **auth)
-    kube = Kube(FakeApi(fake), sleep=sleeps or Sleeps())  # type: ignore[arg-type]  # what Kube uses
+    kube = fake.kube(sleep=sleeps or Sleeps())
     return kube, fake
 
 
@@ -379,7 +380,7 @@ async def test_a_non_200_answer_is_an_api_error(
     assert len(server.requests) == 1
 
 
-async def test_a_401_has_kr8s_reread_the_credentials_once_and_dials_again() -> None:
+async def test_a_401_has_the_credentials_loaded_again_once_and_dials_again() -> None:
     unauthorized = status_answer(401, "Unauthorized", "Unauthorized", keep=True)
     async with serving(unauthorized, Answer([ok_head() + chunked(LINES[0])])) as server:
         kube, auth = kube_for(server)
@@ -427,7 +428,7 @@ async def test_a_silent_watch_times_out_closes_its_connection_and_retires_the_po
     async with serving(Answer([ok_head() + chunked(LINES[0])[:-5]], hold=True)) as server:
         kube, _ = kube_for(server)
         seen: list[str] = []
-        with pytest.raises(kr8s.APITimeoutError):
+        with pytest.raises(ApiTimeoutError):
             await kinds_until_failure(kube.watch(CONFIGMAPS.path("ns"), idle_timeout=IDLE), seen)
         async with asyncio.timeout(DEADLINE):
             await server.closed_by_client.wait()
@@ -468,7 +469,7 @@ async def test_a_watch_read_to_its_end_leaves_its_connection_for_the_next() -> N
 async def test_a_kubeconfig_proxy_url_is_where_the_watch_goes() -> None:
     async with serving(Answer([ok_head() + chunked(LINES[0])])) as proxy:
         kube, _ = kube_for(proxy, proxy=f"http://127.0.0.1:{proxy.port}")
-        kube.api.auth.server = "http://kube.example:6443"
+        kube.credentials = dataclasses.replace(kube.credentials, server="http://kube.example:6443")
         events = await collect(kube.watch(CONFIGMAPS.path("ns")))
     assert [kind for kind, _ in events] == ["ADDED"]
     (request,) = proxy.requests
@@ -485,7 +486,7 @@ async def test_a_silent_watch_fails_the_calls_waiting_on_connections_of_its_time
         waiting = asyncio.create_task(kube.get(CONFIGMAPS.path("ns", "a")))  # timeout: 30s
         while not server.requests:  # noqa: ASYNC110 - the scripted server has no event for it
             await asyncio.sleep(0)
-        with pytest.raises(kr8s.APITimeoutError):
+        with pytest.raises(ApiTimeoutError):
             await kinds_until_failure(kube.watch(CONFIGMAPS.path("ns"), idle_timeout=IDLE), [])
         async with asyncio.timeout(DEADLINE):
             with pytest.raises(NO_ANSWER):
@@ -515,7 +516,7 @@ async def test_a_silent_watch_fails_the_other_watches_of_its_time_at_once() -> N
         )
         while not seen:  # noqa: ASYNC110 - the first event is the patient watch's only sign
             await asyncio.sleep(0)
-        with pytest.raises(kr8s.APITimeoutError):
+        with pytest.raises(ApiTimeoutError):
             await kinds_until_failure(kube.watch(CONFIGMAPS.path("ns"), idle_timeout=IDLE), [])
         async with asyncio.timeout(DEADLINE):
             with pytest.raises(NO_ANSWER):

@@ -23,12 +23,11 @@ from dataclasses import dataclass, field
 from typing import Any
 
 import aiohttp
-import kr8s.asyncio
 import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
-from shared.kube import ApiError, Kube, Obj
+from shared.kube import ApiError, ApiTimeoutError, Kube, Obj
 from shared.resources import CONFIGMAPS
 from shared.runtime.cache import (
     BACKOFF_INITIAL_SECONDS,
@@ -674,7 +673,7 @@ async def test_a_failed_watch_lists_again_and_delivers_what_vanished(
     "failure",
     [
         pytest.param(connection_error(), id="connection-error"),
-        pytest.param(kr8s.APITimeoutError("no data on the watch for 10s"), id="silent-watch"),
+        pytest.param(ApiTimeoutError("no data on the watch for 10s"), id="silent-watch"),
         pytest.param(ConnectionResetError("reset by peer"), id="reset"),
     ],
 )
