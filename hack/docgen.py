@@ -576,6 +576,85 @@ EVENTS: Final = (
     ),
     EventReason("GPUClass", "Normal", "Permitted", "KubeVirt permits the resource name again.", NOTHING),
     EventReason("GPUClass", "Normal", "CapacityAvailable", "Free units went from none to some.", NOTHING),
+    EventReason(
+        "EndpointAttachment",
+        "Normal",
+        "ClaimMinted",
+        "The operator minted the attachment's IPAddressClaim (the note names it and its class).",
+        NOTHING,
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Normal",
+        "Rendered",
+        "The operator created the LoadBalancer Service for the endpoint (the note names the Service, "
+        "the endpoint and the claim).",
+        NOTHING,
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Normal",
+        "Withdrawn",
+        "The operator deleted the rendered Service while the attachment stays (the note says why: "
+        "the endpoint went away, the datapath refused it, ...); the claim is kept.",
+        "Act on the reason in the note (see the Provisioned reasons above).",
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Normal",
+        "Provisioned",
+        "Provisioned became True: the address is announced on the rendered Service.",
+        NOTHING,
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Warning",
+        "ClaimInUse",
+        "Provisioned became False, ClaimInUse: the claim's address serves another Service.",
+        "See `ClaimInUse`.",
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Warning",
+        "FamilyConflict",
+        "Provisioned became False, FamilyConflict.",
+        "See `FamilyConflict`.",
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Warning",
+        "DatapathContractUnavailable",
+        "Provisioned became False: the VM datapath is not declared (or cannot serve the family).",
+        "See `DatapathContractUnavailable`.",
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Warning",
+        "BackendAlreadyDelegated",
+        "Provisioned became False: another cozy-proxy Service publishes a backend pod (the note names it).",
+        "See `BackendAlreadyDelegated`.",
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Warning",
+        "MultipleBackends",
+        "Provisioned became False: more than one ready backend, the address is dark.",
+        "See `MultipleBackends`.",
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Warning",
+        "RenderFailed",
+        "Provisioned became False: the Service cannot be rendered (the note quotes the API's refusal).",
+        "See `RenderFailed`.",
+    ),
+    EventReason(
+        "EndpointAttachment",
+        "Warning",
+        "AddressNotAnnounced",
+        "Provisioned became False: the load balancer did not announce the address in time.",
+        "See `AddressNotAnnounced`.",
+    ),
 )
 
 
@@ -1147,7 +1226,11 @@ def render_conditions_section(constants: Sequence[Constant]) -> str:
     out += ['<a id="events"></a>', "", "### Events", ""]
     out += [
         "Posted on transitions only (never on every pass). GPU classes are cluster-scoped, so their "
-        "Events go to the operator's `--events-namespace` (default `default`).",
+        "Events go to the operator's `--events-namespace` (default `default`). An attachment's "
+        "Events are `events.k8s.io/v1`, in its namespace (`kubectl describe endpointattachment` "
+        "lists them): a repeat of its last Event of a reason, with the same note, within 10 minutes "
+        "patches that Event's series (`(x3 over 4m)`), and one attachment spends at most 16 writes "
+        "at once, one more every 5 minutes, however it flaps.",
         "",
     ]
     out += _table(

@@ -40,6 +40,8 @@ ENDPOINTS: Final = Resource("v1", "endpoints")
 SERVICE_ACCOUNTS: Final = Resource("v1", "serviceaccounts")
 CONFIGMAPS: Final = Resource("v1", "configmaps")
 EVENTS: Final = Resource("v1", "events")
+# The same Events in the API that has ``regarding``, ``action``, ``reportingController`` and ``series``.
+EVENTS_V1: Final = Resource("events.k8s.io/v1", "events")
 RESOURCE_QUOTAS: Final = Resource("v1", "resourcequotas")
 ENDPOINT_SLICES: Final = Resource("discovery.k8s.io/v1", "endpointslices")
 DEPLOYMENTS: Final = Resource("apps/v1", "deployments")

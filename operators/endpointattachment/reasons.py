@@ -1,6 +1,7 @@
 """The EndpointAttachment's conditions and reasons: Cozystack's vocabulary, and the few of ours.
 
-Decides: the literal value of each condition type and reason. Every reason is documented for
+Decides: the literal value of each condition type and reason, and of each Event reason (Cozystack's
+controller's for what it did; the condition's reason for a transition). Every reason is documented for
 tenants and hosters in ``docs/hosters/conditions.md`` with what to do (a unit test holds the page to
 this module). Does not: decide when any of them applies (``reconcile`` does).
 """
@@ -98,3 +99,21 @@ PROVISIONED_REASONS: Final = frozenset(
         REASON_ADDRESS_NOT_ANNOUNCED,
     }
 )
+
+# --- Events (events.k8s.io/v1), posted on transitions only -----------------------------------------
+EVENT_NORMAL: Final = "Normal"
+EVENT_WARNING: Final = "Warning"
+# What the operator did, with Cozystack's controller's reasons: a claim minted, the Service rendered
+# (created), the Service withdrawn (deleted while the attachment stays).
+EVENT_CLAIM_MINTED: Final = "ClaimMinted"
+EVENT_RENDERED: Final = "Rendered"
+EVENT_WITHDRAWN: Final = "Withdrawn"
+# Provisioned became True, or became False for one of these reasons (named as the condition's).
+EVENT_PROVISIONED: Final = REASON_PROVISIONED
+EVENT_CLAIM_IN_USE: Final = REASON_CLAIM_IN_USE
+EVENT_FAMILY_CONFLICT: Final = REASON_FAMILY_CONFLICT
+EVENT_DATAPATH_CONTRACT_UNAVAILABLE: Final = REASON_DATAPATH_CONTRACT_UNAVAILABLE
+EVENT_BACKEND_ALREADY_DELEGATED: Final = REASON_BACKEND_ALREADY_DELEGATED
+EVENT_MULTIPLE_BACKENDS: Final = REASON_MULTIPLE_BACKENDS
+EVENT_RENDER_FAILED: Final = REASON_RENDER_FAILED
+EVENT_ADDRESS_NOT_ANNOUNCED: Final = REASON_ADDRESS_NOT_ANNOUNCED
