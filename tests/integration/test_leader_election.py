@@ -76,7 +76,8 @@ RETRY_PERIOD_SECONDS: Final = _DEFAULT_ELECTION.retry_period
 # slack for a loaded machine.
 TAKEOVER_SLACK_SECONDS: Final = 5.0
 TAKEOVER_BOUND_SECONDS: Final = LEASE_DURATION_SECONDS + TAKEOVER_SLACK_SECONDS
-# A released lease is taken at the standby's next retry: the shutdown up to the release (up to 1.5 s measured on a loaded machine), one retry period, a few requests, and slack.
+# A released lease is taken at the standby's next retry: the shutdown up to the release (up to 1.5 s
+# measured on a loaded machine), one retry period, a few requests, and slack.
 # Half the lease duration: a takeover by expiry could not come before EARLIEST_TAKEOVER_SECONDS.
 HANDOVER_BOUND_SECONDS: Final = LEASE_DURATION_SECONDS / 2
 # A replica stopped by SIGTERM, or a leader resumed after its lease passed on (it must notice at once:
