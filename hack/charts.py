@@ -283,6 +283,20 @@ def values_of(chart: Chart) -> list[Value]:
             if chart.vm_datapath is not None
             else []
         ),
+        *(
+            [
+                Value(
+                    "admission.substrateDriverUsername",
+                    chart.driver_username,
+                    {"type": "string", "minLength": 1, "pattern": USERNAME_PATTERN},
+                    "The address substrate's driver (its ServiceAccount's user name): the one identity "
+                    "the rendered-Services admission policy lets change the address pin of a rendered "
+                    "Service.",
+                )
+            ]
+            if chart.driver_username is not None
+            else []
+        ),
     ]
 
 
@@ -401,6 +415,9 @@ class Chart:
     otel_endpoint: str = ""
     # The VM datapath the platform declares (EA_VM_DATAPATH); None for an operator without the flag.
     vm_datapath: str | None = None
+    # The address substrate driver's user name its admission policy lets pin addresses (None: no
+    # such policy).
+    driver_username: str | None = None
     resources: Obj = field(default_factory=dict)
     min_available: int | str = 1
     scrape: tuple[str, str] = ("", "")
@@ -452,8 +469,31 @@ def template_source(chart: Chart, source: Source) -> str:
         if doc["kind"] in EDITS or doc["kind"] in CONDITIONS:
             parts.append(escape(leading_comment(chunk)) + template_doc(chart, doc))
         else:
-            parts.append(in_release_namespace(chart, escape(chunk)))
+            parts.append(in_release_namespace(chart, driver_hole(chart, doc, escape(chunk))))
     return HEADER.format(source=source.path) + "---\n".join(parts)
+
+
+# The admission policy's variable naming the substrate driver's identity, and the value that sets it.
+DRIVER_VARIABLE: Final = "driver"
+DRIVER_VALUE: Final = ".Values.admission.substrateDriverUsername"
+# A CEL string literal of a user name, and what a user name value may hold (so it stays one).
+CEL_QUOTED: Final = re.compile(r"'([^'\\]+)'")
+USERNAME_PATTERN: Final = r"^[^'\\]+$"
+
+
+def driver_hole(chart: Chart, doc: Obj, chunk: str) -> str:
+    """In an admission policy with a ``driver`` variable, the user name it compares with becomes the
+    value ``admission.substrateDriverUsername`` (config/'s name its default), in config/'s text."""
+    if doc.get("kind") != "ValidatingAdmissionPolicy":
+        return chunk
+    found = [v for v in (doc.get("spec") or {}).get("variables") or [] if v.get("name") == DRIVER_VARIABLE]
+    if not found:
+        return chunk
+    [username] = CEL_QUOTED.findall(found[0]["expression"])
+    literal = f"'{username}'"
+    assert chunk.count(literal) == 1, f"the driver's user name {literal} must stand once in its policy"
+    chart.driver_username = username
+    return chunk.replace(literal, f"{{{{ {DRIVER_VALUE} | squote }}}}")
 
 
 def leading_comment(chunk: str) -> str:

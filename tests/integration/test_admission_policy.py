@@ -17,13 +17,15 @@ ServiceAccount's own credentials (the identity the policy exempts; bound here to
 what that takes, not to config/rbac). The garbage collector and namespace controller of the real
 kube-controller-manager (running with --use-service-account-credentials) do the clean-up. The pin of
 a rendered Service (the load balancer's address annotation and the driver's marker) is the address
-substrate's MetalLB driver's alone: its ServiceAccount is the only identity that may change it.
+substrate's MetalLB driver's alone: its ServiceAccount is the only identity that may change it (a
+setting: an overlay naming another identity, as the hoster docs show, moves the exemption to it).
 Fencing which address a tenant's own Service may ask for is the substrate's, not a policy of ours.
 """
 
 from __future__ import annotations
 
 import contextlib
+import os
 import secrets
 from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -31,6 +33,7 @@ from pathlib import Path
 from typing import Any, Final
 
 import pytest
+import yaml
 
 from hack.devcluster import ClusterInfo
 from hack.substrate import driver_kubeconfig
@@ -49,7 +52,7 @@ from shared.resources import (
 )
 from tests.ea_builders import lineage_labels
 from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import apply_all, load, policies_installed
+from tests.support.manifests import ROOT, apply_all, kubectl, load, policies_installed
 from tests.support.substrate import CLAIM_ANNOTATION, CLAIMS, METALLB_IPS_ANNOTATION, PINNED_MARKER
 from tests.support.waiting import eventually, wait_for_object
 
@@ -318,15 +321,22 @@ async def operator_identity(kube: Kube, cluster: ClusterInfo, path: Path) -> Kub
         },
         FIELD_MANAGER,
     )
-    kubeconfig = await serviceaccount_kubeconfig(
-        kube, cluster.kubeconfig, OPERATOR_NAMESPACE, OPERATOR_SERVICE_ACCOUNT, path
+    return await as_service_account(
+        kube, cluster, OPERATOR_SERVICE_ACCOUNT, path, what="the operator identity's RBAC"
     )
+
+
+async def as_service_account(
+    kube: Kube, cluster: ClusterInfo, account: str, path: Path, *, what: str
+) -> Kube:
+    """A client as ``account`` of the operator's namespace, once RBAC lets it list Services."""
+    kubeconfig = await serviceaccount_kubeconfig(kube, cluster.kubeconfig, OPERATOR_NAMESPACE, account, path)
     client = await Kube.connect(kubeconfig)
 
     async def authorised() -> bool:
         return await refusal(client.list(SERVICES.path("default"))) is None
 
-    await eventually(authorised, timeout=PROPAGATION_SECONDS, what="the operator identity's RBAC")
+    await eventually(authorised, timeout=PROPAGATION_SECONDS, what=what)
     return client
 
 
@@ -757,6 +767,100 @@ async def test_the_substrates_driver_pins_a_rendered_service(world: World, tmp_p
         refused = await refusal(client.patch(path, change, "merge"))
         assert refused is not None, f"{who}: {change} accepted"
         assert CHANGES in str(refused), refused
+
+
+# A driver run under another identity, and the policy's name (what a kustomize overlay targets).
+OTHER_DRIVER_SERVICE_ACCOUNT: Final = "another-driver"
+OTHER_DRIVER_USERNAME: Final = f"system:serviceaccount:{OPERATOR_NAMESPACE}:{OTHER_DRIVER_SERVICE_ACCOUNT}"
+RENDERED_POLICY: Final = "cozystack-endpointattachment-rendered-services"
+
+
+async def other_driver_identity(kube: Kube, cluster: ClusterInfo, path: Path) -> Kube:
+    """A client as another ServiceAccount that may write Services (a driver installed elsewhere)."""
+    await apply_all(
+        kube,
+        [
+            {
+                "apiVersion": "v1",
+                "kind": "ServiceAccount",
+                "metadata": {"name": OTHER_DRIVER_SERVICE_ACCOUNT, "namespace": OPERATOR_NAMESPACE},
+            },
+            {
+                "apiVersion": "rbac.authorization.k8s.io/v1",
+                "kind": "ClusterRoleBinding",
+                "metadata": {"name": f"{RENDERER_ROLE}-{OTHER_DRIVER_SERVICE_ACCOUNT}"},
+                "roleRef": {
+                    "apiGroup": "rbac.authorization.k8s.io",
+                    "kind": "ClusterRole",
+                    "name": RENDERER_ROLE,
+                },
+                "subjects": [
+                    {
+                        "kind": "ServiceAccount",
+                        "name": OTHER_DRIVER_SERVICE_ACCOUNT,
+                        "namespace": OPERATOR_NAMESPACE,
+                    }
+                ],
+            },
+        ],
+    )
+    return await as_service_account(
+        kube, cluster, OTHER_DRIVER_SERVICE_ACCOUNT, path, what="the other driver's RBAC"
+    )
+
+
+async def test_the_drivers_identity_is_a_setting(world: World, tmp_path: Path) -> None:
+    """A platform running the substrate's driver under another ServiceAccount names it as
+    docs/hosters/admission.md shows: a kustomize overlay replacing the policy's first variable,
+    applied with ``kubectl apply -k``. That identity may then pin a rendered Service and the default
+    driver's may not; the shipped policy is put back after."""
+    t = world.tenants[WITH_EDIT]
+    path = _own(t)
+    default_driver = await driver_identity(world.kube, world.cluster, tmp_path / "driver.kubeconfig")
+    other = await other_driver_identity(world.kube, world.cluster, tmp_path / "other.kubeconfig")
+    pin = {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: PINNED, PINNED_MARKER: "true"}}}
+
+    def pins(client: Kube) -> Awaitable[Obj]:
+        return client.request(
+            "PATCH", path, body=pin, params={"dryRun": "All"}, content_type="application/merge-patch+json"
+        )
+
+    overlay = tmp_path / "overlay"
+    overlay.mkdir()
+    replace = [
+        {
+            "op": "replace",
+            "path": "/spec/variables/0/expression",
+            "value": f"request.userInfo.username == '{OTHER_DRIVER_USERNAME}'",
+        }
+    ]
+    kustomization = {
+        "resources": [os.path.relpath(ROOT / POLICY_DIR, overlay)],
+        "patches": [
+            {
+                "target": {"kind": "ValidatingAdmissionPolicy", "name": RENDERED_POLICY},
+                "patch": yaml.safe_dump(replace),
+            }
+        ],
+    }
+    (overlay / "kustomization.yaml").write_text(yaml.safe_dump(kustomization))
+    try:
+        code, out, err = await kubectl(world.cluster, "apply", "-k", str(overlay))
+        assert code == 0, f"{out}\n{err}"
+        await until_refused_by_policy(lambda: pins(default_driver), "the default driver no longer exempted")
+        assert await refusal(pins(other)) is None, "the driver named by the setting pins"
+        claim = {"metadata": {"annotations": {CLAIM_ANNOTATION: "someone-elses-ip"}}}
+        refused = await refusal(other.patch(path, claim, "merge"))
+        assert refused is not None, "the setting exempts the pin only"
+        assert CHANGES in str(refused), refused
+    finally:
+        code, out, err = await kubectl(world.cluster, "apply", "-k", POLICY_DIR)
+        assert code == 0, f"{out}\n{err}"
+
+        async def restored() -> bool:
+            return await refusal(pins(default_driver)) is None
+
+        await eventually(restored, timeout=PROPAGATION_SECONDS, what="the shipped policy back")
 
 
 async def test_tenants_ordinary_services_pass(world: World) -> None:

@@ -28,6 +28,7 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from hack.substrate import DRIVER_USERNAME
 from operators.endpointattachment.api import ATTACHMENTS
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
@@ -404,6 +405,44 @@ async def test_values_that_would_break_the_operator_are_refused(helm: Helm, oper
     )
     assert code != 0, f"helm template accepted {args}:\n{out[:2000]}"
     assert word in err, err
+
+
+async def test_the_substrate_drivers_identity_is_a_value(
+    helm: Helm, cluster: ClusterInfo, tmp_path: Path
+) -> None:
+    """The one identity the rendered-Services policy lets pin a rendered Service: config/'s by
+    default (the default-values test), the value's when set, and nothing else changes; a user name
+    that would end the policy's CEL string is refused."""
+    operator, username = "endpointattachment", "system:serviceaccount:lb-system:lb-driver"
+    want = copy.deepcopy(await config_objects(cluster, operator))
+    [driver] = [
+        v for v in of_kind(want, "ValidatingAdmissionPolicy")["spec"]["variables"] if v["name"] == "driver"
+    ]
+    default = driver["expression"]
+    driver["expression"] = default.replace(DRIVER_USERNAME, username)
+    assert driver["expression"] != default
+    got = await chart_objects(
+        helm,
+        cluster,
+        tmp_path,
+        operator,
+        CONFIG_NAMESPACES[operator],
+        *ALL_MONITORING,
+        "--set",
+        f"admission.substrateDriverUsername={username}",
+    )
+    assert not diff(got, want), diff(got, want)
+    code, _, err = await helm(
+        "template",
+        operator,
+        f"charts/{operator}",
+        "--kube-version",
+        KUBE_VERSION,
+        "--set",
+        "admission.substrateDriverUsername=x' || true || '",
+    )
+    assert code != 0, "a quote in the user name would rewrite the policy"
+    assert "substrateDriverUsername" in err, err
 
 
 # --- against the API server ----------------------------------------------------------------------
