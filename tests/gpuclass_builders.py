@@ -181,6 +181,7 @@ def make_class(
     status: Mapping[str, Any] | None = None,
     vm_sizes: Any = None,
     device_class: str | None = None,
+    vm_shapes: Any = None,
 ) -> dict[str, Any]:
     """A GPUClass; ``vm_sizes`` (any value, to feed what the CRD refuses too) is ``spec.vmSizes``,
     absent when None. With ``device_class``, a class of DRA devices (``resource`` is then left out
@@ -203,6 +204,8 @@ def make_class(
         spec["tolerations"] = [dict(t) for t in tolerations]
     if vm_sizes is not None:
         spec["vmSizes"] = vm_sizes
+    if vm_shapes is not None:
+        spec["vmShapes"] = vm_shapes
     out: dict[str, Any] = {
         "apiVersion": "gpu.cozystack.io/v1alpha1",
         "kind": "GPUClass",

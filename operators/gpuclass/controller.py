@@ -273,7 +273,7 @@ class Reconciler:
         kubevirt_view = view(read, self.kubevirt_known, now)
         self.kubevirt_read, self.kubevirt_known = read, remember(read, self.kubevirt_known)
         classes = list(self.caches.store(GPUCLASSES).values())
-        decisions = decide(classes, self.inventory, kubevirt_view, self.dra)
+        decisions = decide(classes, self.inventory, kubevirt_view, self.dra, settings.overhead())
         report = current_pass()
         if report is not None:
             report.read(*classes)
@@ -339,7 +339,7 @@ class Reconciler:
 def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> Reconciler:
     """Declare the controller (its wiring declares its caches) on ``manager``; the domain metrics
     on ``registry``."""
-    inventory, dra = Inventory(), DraInventory()
+    inventory, dra = Inventory(compute=True), DraInventory()
     reconciler = Reconciler(
         manager,
         manager.writer,

@@ -11,10 +11,15 @@ one, ``pod_key`` (the UID) is used.
 An index from resource name to the nodes advertising it (the name is in ``status.allocatable``, even
 with ``"0"``) is kept the same way, so a class walks only the nodes that matter to it.
 
+With ``compute`` (the operator's inventory; whole-VM fits need it), a node's allocatable cpu (in
+millicores) and memory (bytes) and every bound pod's cpu and memory requests are tracked too, under
+the names ``cpu`` and ``memory`` (never an extended resource's name): then every bound pod stores
+its contribution, a few tuples.
+
 Deliberately:
 
-* only extended resources are tracked (GPU classes name nothing else); a pod requesting none of them,
-  unbound or finished stores nothing at all, which keeps 150,000 pods cheap;
+* only extended resources are tracked without ``compute`` (GPU classes name nothing else); a pod
+  requesting none of them, unbound or finished then stores nothing at all;
 * pods bound to a node that does not exist are kept (they count once the node appears) but are
   invisible to every sum over nodes, which only walk existing nodes;
 * a garbage or negative quantity counts 0 and is logged once per (object, resource, text);
@@ -29,15 +34,19 @@ Does not: decide eligibility for a class, clamp free units, talk to the API or r
 from __future__ import annotations
 
 import logging
+import math
 from collections.abc import Hashable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from operators.gpuclass.quantity import parse_value
+from operators.gpuclass.quantity import parse_exact, parse_value
 from operators.gpuclass.scheduling import (
+    CPU,
+    MEMORY,
     Taint,
     blocking_taints,
     bound_node,
+    compute_requests,
     extended_requests,
     is_cordoned,
     is_extended_resource,
@@ -77,7 +86,8 @@ class Snapshot:
 class Inventory:
     """The aggregates, fed one watch event at a time; queries never rescan pods."""
 
-    def __init__(self) -> None:
+    def __init__(self, *, compute: bool = False) -> None:
+        self.compute = compute  # track cpu and memory too (whole-VM fits)
         self._nodes: dict[str, NodeState] = {}
         # resource -> node name -> state, for the existing nodes that advertise the resource
         self._advertisers: dict[str, dict[str, NodeState]] = {}
@@ -202,6 +212,11 @@ class Inventory:
         allocatable: dict[str, int] = {}
         listed = (node.get("status") or {}).get("allocatable") or {}
         for resource, text in listed.items() if isinstance(listed, dict | Mapping) else ():
+            if self.compute and resource in (CPU, MEMORY):
+                exact = parse_exact(text)
+                scale = 1000 if resource == CPU else 1
+                allocatable[resource] = math.ceil(exact * scale) if exact is not None else 0
+                continue
             if not is_extended_resource(resource):
                 continue
             value = parse_value(text)
@@ -217,9 +232,13 @@ class Inventory:
             label = f"Pod {metadata.get('namespace')}/{metadata.get('name')}"
             for resource, text in requests.garbage:
                 self._log_garbage(key, label, resource, text)
-        if not requests.amounts:
+        amounts = requests.amounts
+        if self.compute:
+            cpu, memory = compute_requests(pod)
+            amounts = {**amounts, **{name: n for name, n in ((CPU, cpu), (MEMORY, memory)) if n}}
+        if not amounts:
             return None
-        return node, tuple(sorted(requests.amounts.items()))
+        return node, tuple(sorted(amounts.items()))
 
     def _apply(self, contribution: Contribution, sign: int) -> None:
         node, amounts = contribution

@@ -4,7 +4,7 @@ Decides: the domain metrics' names (one prefix, ``cozystack_gpuclass_``), types 
 per-class series are produced at scrape time from the last pass's decisions (a custom collector), so
 a deleted class's series disappear with the pass that no longer sees it, and a scrape never observes
 half a pass. No node names or UIDs are label values; ``units`` (a VM size of the class) is bounded
-by the eight sizes a class may list.
+by the eight sizes a class may list, ``shape`` by its eight whole-VM shapes.
 
 Does not: serve HTTP (the operator starts the server on its own registry and port), compute any
 figure (``decide`` does), or count reconciles, queue depth or leadership: those are
@@ -65,6 +65,12 @@ class ClassCollector(Collector):
             "VMs of the size in label units that could start now, one node per VM (status.fits).",
             labels=[*labels, "units"],
         )
+        shape_fits = GaugeMetricFamily(
+            f"{PREFIX}_vm_shape_fits",
+            "Whole VMs of the shape (spec.vmShapes) that could start now, their GPUs, CPU and memory "
+            "from one node (status.fits).",
+            labels=[*labels, "shape", "units"],
+        )
         conditions = GaugeMetricFamily(
             f"{PREFIX}_status_condition",
             "1 for the class's current condition status and reason, 0 for the other statuses.",
@@ -80,14 +86,17 @@ class ClassCollector(Collector):
             for state in NodeVerdict:
                 nodes.add_metric([*key, state.value], figures.nodes.get(state, 0))
             for fit in decision.status.fits:
-                fits.add_metric([*key, str(fit.units)], fit.vms)
+                if fit.name:
+                    shape_fits.add_metric([*key, fit.name, str(fit.units)], fit.vms)
+                else:
+                    fits.add_metric([*key, str(fit.units)], fit.vms)
             for condition in decision.status.conditions:
                 for status in (TRUE, FALSE, UNKNOWN):
                     conditions.add_metric(
                         [name, condition.type, status, condition.reason],
                         1.0 if status == condition.status else 0.0,
                     )
-        yield from (allocatable, requested, free, nodes, fits, conditions)
+        yield from (allocatable, requested, free, nodes, fits, shape_fits, conditions)
 
 
 class Metrics:

@@ -14,6 +14,12 @@ Decides, per live class C with resource R (the rules of the design, in one place
   come from one node); every size fits 0 VMs when ``Ready`` is False (the class cannot serve:
   conflict, not permitted, KubeVirt not installed, no eligible node). ``fitsSummary`` is the same
   figures as one string (``1:12 2:5 4:2 8:0``) for the printer column, which cannot format a list.
+* whole-VM fits: for each shape of ``spec.vmShapes`` (``vmshape``: GPU units, and the CPU and
+  memory of its virt-launcher with KubeVirt's overhead), the VMs that could start now, each with
+  all of it from one eligible node: ``sum over nodes of min(free(N) // units, freeCPU(N) // cpu,
+  freeMemory(N) // memory)``, where a node's free CPU and memory are its allocatable less the
+  requests of every pod bound to it (the inventory's ``compute``). Listed after the ``vmSizes``
+  fits, in the order of the spec; a shape asking no CPU and no memory counts as a size does.
 * ``transition_events``: the Events to emit, from the stored status and the new one.
 
 Choices where the design is silent:
@@ -68,7 +74,23 @@ from operators.gpuclass.kubevirt import (
     is_permitted,
     permitted_names,
 )
-from operators.gpuclass.scheduling import NodeVerdict, Taint, Toleration, parse_tolerations, tolerates_all
+from operators.gpuclass.scheduling import (
+    CPU,
+    MEMORY,
+    NodeVerdict,
+    Taint,
+    Toleration,
+    parse_tolerations,
+    tolerates_all,
+)
+from operators.gpuclass.vmshape import (
+    DEFAULT_OVERHEAD,
+    Overhead,
+    VmShape,
+    launcher_request,
+    vm_shapes,
+    vms_on_node,
+)
 from shared.conditions import FALSE, TRUE, UNKNOWN, Condition, find
 
 # Classes without a usable creationTimestamp sort after every real one.
@@ -91,6 +113,7 @@ class Fit(NamedTuple):
 
     units: int
     vms: int
+    name: str = ""  # a whole-VM shape's name ("" for a size of spec.vmSizes)
 
 
 @dataclass(frozen=True)
@@ -107,7 +130,12 @@ class ClassStatus:
         return {
             "freeUnits": self.free_units,
             "maxFreeUnitsPerNode": self.max_free_units_per_node,
-            "fits": [{"units": fit.units, "vms": fit.vms} for fit in self.fits],
+            "fits": [
+                {"name": fit.name, "units": fit.units, "vms": fit.vms}
+                if fit.name
+                else {"units": fit.units, "vms": fit.vms}
+                for fit in self.fits
+            ],
             "fitsSummary": fits_summary(self.fits),
         }
 
@@ -146,6 +174,7 @@ def decide(
     inventory: Inventory,
     kubevirt: KubeVirtView,
     dra: DraInventory = _NO_DRA,
+    overhead: Overhead = DEFAULT_OVERHEAD,
 ) -> dict[str, ClassDecision]:
     """The decision for every live class with a resourceName or a deviceClassName, by class name."""
     live = [c for c in map(_ClassView.of, classes) if c is not None]
@@ -163,13 +192,13 @@ def decide(
                 if cls.device_class
                 else _summarize(inventory, cls.resource)
             )
-        decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, permission)
+        decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, permission, overhead)
     return decisions
 
 
 def fits_summary(fits: Iterable[Fit]) -> str:
     """The printer column's text: ``units:vms`` per size, space-separated (``1:12 2:5 4:2 8:0``)."""
-    return " ".join(f"{fit.units}:{fit.vms}" for fit in fits)
+    return " ".join(f"{fit.name or fit.units}:{fit.vms}" for fit in fits)
 
 
 def vm_sizes(value: object) -> tuple[int, ...]:
@@ -238,6 +267,7 @@ class _ClassView:
     created: datetime
     generation: int
     sizes: tuple[int, ...] = DEFAULT_VM_SIZES  # ascending
+    shapes: tuple[VmShape, ...] = ()
     device_class: str = ""  # a class of DRA devices: its DeviceClass; ``resource`` is then derived
 
     @property
@@ -268,6 +298,7 @@ class _ClassView:
             created=_timestamp(metadata.get("creationTimestamp")),
             generation=generation if isinstance(generation, int) else 0,
             sizes=vm_sizes(spec.get("vmSizes")),
+            shapes=vm_shapes(spec.get("vmShapes")),
         )
 
 
@@ -307,6 +338,32 @@ class _NodeGroup:
     _histogram: Counter[int] | None = None
     # size -> VMs of that size the group's nodes fit: the classes of one resource share most sizes
     _vms: dict[int, int] = field(default_factory=dict)
+    # the nodes of ``frees``, in the same order (whole-VM shapes read their CPU and memory)
+    states: list[NodeState] = field(default_factory=list)
+    # (units, cpu, memory) -> VMs of that shape the group's nodes fit
+    _shape_vms: dict[tuple[int, int, int], int] = field(default_factory=dict)
+
+    def whole_vms(
+        self, ask: tuple[int, int, int], cpu_on: Mapping[str, int], memory_on: Mapping[str, int]
+    ) -> int:
+        """VMs asking ``(units, cpu millicores, memory bytes)`` the group's nodes fit, each on one."""
+        known = self._shape_vms.get(ask)
+        if known is None:
+            units, cpu, memory = ask
+            known = 0
+            if units <= self.max_free:
+                for free, node in zip(self.frees, self.states, strict=True):
+                    if free >= units:
+                        known += vms_on_node(
+                            units,
+                            cpu,
+                            memory,
+                            free,
+                            node.allocatable.get(CPU, 0) - cpu_on.get(node.name, 0),
+                            node.allocatable.get(MEMORY, 0) - memory_on.get(node.name, 0),
+                        )
+            self._shape_vms[ask] = known
+        return known
 
     def vms(self, size: int) -> int:
         """The VMs of ``size`` units the group's nodes fit, each on one node: sum of ``free // size``."""
@@ -330,15 +387,19 @@ class _ResourceSummary:
     cordoned: int = 0
     groups: dict[tuple[Taint, ...], _NodeGroup] = field(default_factory=dict)
     device_class: DeviceClassView | None = None  # for a class of DRA devices: None if not found
+    cpu_on: Mapping[str, int] = field(default_factory=dict)  # node -> cpu millicores requested
+    memory_on: Mapping[str, int] = field(default_factory=dict)  # node -> memory bytes requested
 
 
 def _summarize(inventory: Inventory, resource: str) -> _ResourceSummary:
     """One walk over the nodes advertising R; classes then only check each taint group once."""
     requested_on = inventory.requested_on(resource)
-    return _summary(
+    summary = _summary(
         (node, node.allocatable[resource], requested_on.get(name, 0))
         for name, node in inventory.advertisers(resource).items()
     )
+    summary.cpu_on, summary.memory_on = inventory.requested_on(CPU), inventory.requested_on(MEMORY)
+    return summary
 
 
 def _summarize_devices(inventory: Inventory, dra: DraInventory, device_class: str) -> _ResourceSummary:
@@ -351,6 +412,7 @@ def _summarize_devices(inventory: Inventory, dra: DraInventory, device_class: st
         if (node := inventory.node(name)) is not None
     )
     summary.device_class = dra.device_class(device_class)
+    summary.cpu_on, summary.memory_on = inventory.requested_on(CPU), inventory.requested_on(MEMORY)
     return summary
 
 
@@ -375,6 +437,7 @@ def _summary(nodes: Iterable[tuple[NodeState, int, int]]) -> _ResourceSummary:
             if free:
                 group.free += free
                 group.frees.append(free)
+                group.states.append(node)
                 if free > group.max_free:
                     group.max_free = free
             if alloc >= 1:
@@ -395,7 +458,7 @@ class _Permission:
 
 
 def _decide_class(
-    cls: _ClassView, owner: str, summary: _ResourceSummary, permission: _Permission
+    cls: _ClassView, owner: str, summary: _ResourceSummary, permission: _Permission, overhead: Overhead
 ) -> ClassDecision:
     eligible = untolerated = free = max_free = 0
     serves = False
@@ -417,9 +480,11 @@ def _decide_class(
     if conflict.status == TRUE:
         free = max_free = 0
     if ready.status == FALSE or not offering:  # cannot serve (no VM starts, whatever is free) or full
-        fits = _no_fits(cls.sizes)
+        fits = _no_fits(cls.sizes) + tuple(Fit(shape.units, 0, shape.name) for shape in cls.shapes)
     else:
         fits = tuple(Fit(size, sum(group.vms(size) for group in offering)) for size in cls.sizes)
+        if cls.shapes:
+            fits += tuple(_shape_fit(shape, offering, summary, overhead) for shape in cls.shapes)
     status = ClassStatus(free, max_free, (conflict, permitted, ready), fits)
     figures = ClassFigures(
         resource=cls.resource,
@@ -434,6 +499,18 @@ def _decide_class(
         },
     )
     return ClassDecision(cls.name, cls.generation, status, figures)
+
+
+def _shape_fit(
+    shape: VmShape, offering: Iterable[_NodeGroup], summary: _ResourceSummary, overhead: Overhead
+) -> Fit:
+    """How many VMs of ``shape`` start now, each with its GPUs, CPU and memory from one node."""
+    cpu, memory = launcher_request(shape, overhead)
+    if not shape.whole:
+        return Fit(shape.units, sum(group.vms(shape.units) for group in offering), shape.name)
+    ask = (shape.units, cpu, memory)
+    vms = sum(group.whole_vms(ask, summary.cpu_on, summary.memory_on) for group in offering)
+    return Fit(shape.units, vms, shape.name)
 
 
 @functools.lru_cache(maxsize=256)  # bounded: size lists come from specs a hoster edits

@@ -21,8 +21,10 @@ tolerates ``node.kubernetes.io/unschedulable`` — for GPUClass, cordon means ma
 with an empty key and ``Equal`` matches nothing (the API rejects it; the scheduler's matcher would
 match any key). ``tolerationSeconds`` is ignored: it bounds eviction, not scheduling.
 
-Does not: look at pod-level ``spec.resources`` (it covers cpu and memory only, never extended
-resources), in-place resize status, affinity, or anything but the one resource counted; log (garbage
+``compute_requests`` gives a pod's cpu and memory the same way, for whole-VM fits.
+
+Does not: look at pod-level ``spec.resources`` (KEP-2837, cpu and memory only: a virt-launcher pod
+sets none), in-place resize status, affinity, or anything but the resources counted; log (garbage
 quantities are returned to the caller, which knows the object and logs once).
 """
 
@@ -228,11 +230,43 @@ class _Names:
 _EXTENDED: Final = _Names(is_extended_resource)
 
 
+# The scheduler's own resources a whole VM needs besides its GPUs (``compute_requests``).
+CPU: Final = "cpu"
+MEMORY: Final = "memory"
+_COMPUTE: Final = _Names(lambda name: name in (CPU, MEMORY))
+
+
+def compute_requests(pod: Mapping[str, Any]) -> tuple[int, int]:
+    """The scheduler's cpu (in millicores, rounded up) and memory (bytes) requests of ``pod``, by
+    the same rules as extended resources (KEP-753, overhead, limits as requests); garbage counts 0."""
+    spec = pod.get("spec")
+    if not isinstance(spec, _MAPPING):
+        return 0, 0
+    total = _pod_totals(spec, _COMPUTE, [])
+    cpu, memory = total.get(CPU, 0), total.get(MEMORY, 0)
+    return max(0, math.ceil(cpu * 1000)), max(0, math.ceil(memory))
+
+
 def _pod_requests(pod: Mapping[str, Any], names: _Names) -> PodRequests:
     spec = pod.get("spec")
     if not isinstance(spec, _MAPPING):
         return _NOTHING
     garbage: list[tuple[str, object]] = []
+    total = _pod_totals(spec, names, garbage)
+    if not total and not garbage:
+        return _NOTHING
+    amounts = {
+        name: amount if type(amount) is int else math.ceil(amount)
+        for name, amount in total.items()
+        if amount > 0
+    }
+    return PodRequests(amounts, tuple(garbage))
+
+
+def _pod_totals(
+    spec: Mapping[str, Any], names: _Names, garbage: list[tuple[str, object]]
+) -> dict[str, Exact]:
+    """The exact KEP-753 totals of a pod's spec for the resources ``names`` wants."""
     total: dict[str, Exact] = {}
     for container in spec.get("containers") or ():
         requests = _container_requests(container, names, garbage)
@@ -255,15 +289,7 @@ def _pod_requests(pod: Mapping[str, Any], names: _Names) -> PodRequests:
     overhead = spec.get("overhead")
     if overhead:
         _add(total, _quantities(overhead, _NO_NAMES, names, garbage))
-
-    if not total and not garbage:
-        return _NOTHING
-    amounts = {
-        name: amount if type(amount) is int else math.ceil(amount)
-        for name, amount in total.items()
-        if amount > 0
-    }
-    return PodRequests(amounts, tuple(garbage))
+    return total
 
 
 _NOTHING: Final = PodRequests({}, ())

@@ -16,6 +16,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
+from operators.gpuclass.vmshape import MIB, Overhead
 from shared.operator import RuntimeSettings, add_env_flag, add_runtime_flags, runtime_settings
 
 # The prefix of every environment variable, and the Lease the replicas elect a leader through.
@@ -37,6 +38,19 @@ class Settings:
     kubevirt_recheck_seconds: float = 60.0
     # Namespace for Events about classes (cluster-scoped objects have none of their own).
     events_namespace: str = "default"
+    # What KubeVirt adds to a whole VM's virt-launcher request (operators/gpuclass/vmshape.py): a
+    # fixed memory amount (virt-launcher, libvirt, QEMU, video, and 1 GiB for VFIO passthrough),
+    # memory per vCPU, and a CPU share; the guest's page tables (memory / 512) are always added.
+    vm_memory_overhead_mib: int = 1280
+    vm_memory_overhead_per_cpu_mib: int = 8
+    vm_cpu_overhead_millis: int = 0
+
+    def overhead(self) -> Overhead:
+        return Overhead(
+            memory_fixed=self.vm_memory_overhead_mib * MIB,
+            memory_per_cpu=self.vm_memory_overhead_per_cpu_mib * MIB,
+            cpu_millis=self.vm_cpu_overhead_millis,
+        )
 
 
 def parse(argv: Sequence[str] | None = None) -> Settings:
@@ -55,6 +69,11 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
     add_env_flag(parser, ENV_PREFIX, "max-delay-seconds", defaults.max_delay_seconds, float)
     add_env_flag(parser, ENV_PREFIX, "kubevirt-recheck-seconds", defaults.kubevirt_recheck_seconds, float)
     add_env_flag(parser, ENV_PREFIX, "events-namespace", defaults.events_namespace)
+    add_env_flag(parser, ENV_PREFIX, "vm-memory-overhead-mib", defaults.vm_memory_overhead_mib, int)
+    add_env_flag(
+        parser, ENV_PREFIX, "vm-memory-overhead-per-cpu-mib", defaults.vm_memory_overhead_per_cpu_mib, int
+    )
+    add_env_flag(parser, ENV_PREFIX, "vm-cpu-overhead-millis", defaults.vm_cpu_overhead_millis, int)
     args = parser.parse_args(argv)
     return Settings(
         runtime=runtime_settings(args),
@@ -64,4 +83,7 @@ def parse(argv: Sequence[str] | None = None) -> Settings:
         max_delay_seconds=args.max_delay_seconds,
         kubevirt_recheck_seconds=args.kubevirt_recheck_seconds,
         events_namespace=args.events_namespace,
+        vm_memory_overhead_mib=args.vm_memory_overhead_mib,
+        vm_memory_overhead_per_cpu_mib=args.vm_memory_overhead_per_cpu_mib,
+        vm_cpu_overhead_millis=args.vm_cpu_overhead_millis,
     )

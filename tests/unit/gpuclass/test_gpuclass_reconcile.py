@@ -27,6 +27,7 @@ from operators.gpuclass.reconcile import (
     vm_sizes,
 )
 from operators.gpuclass.scheduling import NodeVerdict, parse_tolerations, verdict
+from operators.gpuclass.vmshape import MAX_VM_SHAPES
 from shared.conditions import FALSE, TRUE, UNKNOWN, Condition
 from tests.gpuclass_builders import (
     A10_24Q,
@@ -442,7 +443,8 @@ def test_the_crd_agrees_with_the_pure_core_on_vm_sizes_and_shows_fits_summary() 
     schema = version["schema"]["openAPIV3Schema"]["properties"]
     sizes = schema["spec"]["properties"]["vmSizes"]
     assert (tuple(sizes["default"]), sizes["maxItems"]) == (DEFAULT_VM_SIZES, MAX_VM_SIZES)
-    assert schema["status"]["properties"]["fits"]["maxItems"] == MAX_VM_SIZES
+    assert schema["status"]["properties"]["fits"]["maxItems"] == MAX_VM_SIZES + MAX_VM_SHAPES
+    assert schema["spec"]["properties"]["vmShapes"]["maxItems"] == MAX_VM_SHAPES
     column = next(c for c in version["additionalPrinterColumns"] if c["name"] == "Fits")
     assert (column["jsonPath"], column["type"], column.get("priority", 0)) == (
         ".status.fitsSummary",
