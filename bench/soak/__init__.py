@@ -6,7 +6,8 @@ the rendered Services. Attachments (some through claims), pods and GPU nodes are
 at ten times the issue's trial rate (600 attachments and 1,800 pods churned in 10 minutes; see
 ``churn``). Every ``--interval`` seconds it samples both operators' RSS (``/proc/<pid>/status``),
 their passes (``controller_runtime_reconcile_total`` from their /metrics) and the API server's
-request count (``apiserver_request_total`` from its /metrics), then reports (``analysis``):
+request count (``apiserver_request_total`` from its /metrics), then reports (``analysis``), with the
+Events per attachment at the end (``analysis.events_row``: bounded by the recorder's budget):
 
 * memory flat after warm-up: each operator's median RSS in the last third within 5% of the first
   third's;
@@ -45,7 +46,9 @@ from bench.procfs import memory_bytes
 from bench.soak import analysis, churn, memwhere
 from hack.devcluster import LocalControlPlane
 from operators.endpointattachment.api import ATTACHMENTS
+from shared import events
 from shared.kube import Kube
+from shared.resources import EVENTS_V1
 from tests.support.lane import address_substrate
 from tests.support.loadbalancer import load_balancer
 from tests.support.operators import RunningOperator, operator_process
@@ -292,6 +295,12 @@ async def _run(
                 Row("nodes churned per minute", f"{counts.created['node'] / churned * 60:,.1f}"),
                 *rows,
                 settled,
+                analysis.events_row(
+                    (await kube.list(EVENTS_V1.path(churn.NAMESPACE)))["items"],
+                    time.monotonic() - t0,
+                    events.BURST,
+                    events.REFILL_SECONDS,
+                ),
             ]
             for name, op in operators.items():
                 log = op.log_path.read_text(errors="replace")

@@ -210,3 +210,26 @@ def growth_trend(samples: Sequence[Sample], name: str, warmup: float) -> float |
     if var == 0:
         return None
     return sum((t - mean_t) * (r - mean_r) for t, r in points) / var * 60
+
+
+def events_row(
+    events: Sequence[Mapping[str, object]], seconds: float, burst: int, refill_seconds: float
+) -> Row:
+    """Events per attachment over the soak: the events.k8s.io/v1 Events regarding each attachment
+    (by its UID), the most any one has and the mean, against what the recorder allows one attachment
+    in that time (its burst, plus one write per refill)."""
+    per: dict[str, int] = {}
+    for event in events:
+        regarding = event.get("regarding")
+        if isinstance(regarding, Mapping) and regarding.get("kind") == "EndpointAttachment":
+            uid = str(regarding.get("uid") or "")
+            per[uid] = per.get(uid, 0) + 1
+    most = max(per.values(), default=0)
+    mean = sum(per.values()) / len(per) if per else 0.0
+    bound = burst + int(seconds // refill_seconds)
+    return Row(
+        "endpointattachment: Events per attachment (most; mean)",
+        f"{most}; {mean:.1f} over {len(per)} attachments",
+        f"most <= {bound}",
+        most <= bound,
+    )

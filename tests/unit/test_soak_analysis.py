@@ -6,7 +6,7 @@ from collections.abc import Callable
 
 import pytest
 
-from bench.soak.analysis import CONCERNS, Sample, analyse, growth_trend, rate_row, thirds
+from bench.soak.analysis import CONCERNS, Sample, analyse, events_row, growth_trend, rate_row, thirds
 
 OPERATORS = ("gpuclass", "endpointattachment")
 MIB = 2**20
@@ -147,3 +147,17 @@ def test_passes_per_change_is_passes_over_the_changes_after_warmup() -> None:
     rows, _ = analyse(run(passes_per_change=lambda t: 1.25), 120.0, OPERATORS)
     row = next(r for r in rows if r.figure == "endpointattachment: passes per change")
     assert row.value.startswith("1.25 over 1,920 changes")  # 4 a second for the 480 s after warm-up
+
+
+def _event(uid: str, kind: str = "EndpointAttachment") -> dict[str, object]:
+    return {"regarding": {"kind": kind, "uid": uid}, "reason": "Rendered"}
+
+
+def test_events_per_attachment_against_the_recorders_bound() -> None:
+    events = [*[_event("a")] * 3, *[_event("b")] * 5, _event("c"), _event("x", kind="GPUClass")]
+    row = events_row(events, seconds=600, burst=16, refill_seconds=300)
+    assert row.value == "5; 3.0 over 3 attachments"
+    assert row.target == "most <= 18"
+    assert row.met is True
+    assert events_row([_event("a")] * 19, seconds=600, burst=16, refill_seconds=300).met is False
+    assert events_row([], seconds=60, burst=16, refill_seconds=300).value == "0; 0.0 over 0 attachments"
