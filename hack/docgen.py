@@ -1175,7 +1175,8 @@ def _first_sentence(text: str) -> str:
 
 def _defined_in(constants: Sequence[Constant], kind: str, category: str, value: str) -> str:
     source = KIND_SOURCES.get(kind, "")
-    matches = [c for c in constants if c.category == category and c.value == value and c.literal]
+    named = [c for c in constants if c.category == category and c.value == value]
+    matches = [c for c in named if c.literal] or named  # an Event named as a reason: its alias
     preferred = [c for c in matches if c.path.startswith(source)] or matches
     return ", ".join(f"`{c.name}`" for c in preferred[:2])
 
