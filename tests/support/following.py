@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, Sequence
 from typing import Any, Final
 
 from shared.kube import ApiError, Kube, Obj
@@ -72,6 +72,38 @@ async def follow(
                     await after()
         except ApiError:  # 410 Gone and the like: list again
             continue
+
+
+@contextlib.asynccontextmanager
+async def following(
+    kube: Kube,
+    namespace: str | None,
+    handlers: Sequence[tuple[Resource, Callable[[str, Obj], None]]],
+    changed: asyncio.Condition | None = None,
+) -> AsyncIterator[None]:
+    """``follow`` each (resource, handle) for the duration (``changed`` notified after each event);
+    the followers are cancelled on the way out."""
+
+    async def after() -> None:
+        if changed is not None:
+            await notify(changed)
+
+    tasks = [
+        asyncio.create_task(follow(kube, resource, namespace, handle, after)) for resource, handle in handlers
+    ]
+    try:
+        yield
+    finally:
+        await cancel_all(tasks)
+
+
+async def cancel_all(tasks: Sequence[asyncio.Task[Any]]) -> None:
+    """Cancel the tasks and wait until each has ended."""
+    for task in tasks:
+        task.cancel()
+    for task in tasks:
+        with contextlib.suppress(asyncio.CancelledError):
+            await task
 
 
 async def notify(changed: asyncio.Condition) -> None:
