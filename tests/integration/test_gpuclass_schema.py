@@ -12,6 +12,9 @@ from tests.support.manifests import apply_all, load
 
 # The refusal of a malformed resource name says what the name must look like (no regex).
 RESOURCE_NAME_SHAPE = "resourceName must look like vendor.com/NAME"
+# The refusal of a class naming both or neither kind of GPU.
+EXACTLY_ONE = "set exactly one of resourceName"
+BIG_VM: dict[str, Any] = {"name": "g2-large", "units": 2, "cpu": "32", "memory": "256Gi"}
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +34,19 @@ def gpu_class(name: str, **spec: Any) -> Obj:
 @pytest.mark.parametrize(
     ("spec", "message"),
     [
-        ({}, "resourceName: Required value"),
+        ({}, EXACTLY_ONE),
+        ({"resourceName": "nvidia.com/X", "deviceClassName": "h200"}, EXACTLY_ONE),
+        ({"deviceClassName": "H200"}, "deviceClassName must be a DeviceClass's name"),
+        ({"resourceName": "nvidia.com/X", "vmShapes": [{**BIG_VM, "name": "Big"}]}, "must be a DNS label"),
+        (
+            {"resourceName": "nvidia.com/X", "vmShapes": [{**BIG_VM, "cpu": "lots"}]},
+            "cpu must be a non-negative",
+        ),
+        ({"resourceName": "nvidia.com/X", "vmShapes": [{**BIG_VM, "memory": "-1Gi"}]}, "memory must be"),
+        (
+            {"resourceName": "nvidia.com/X", "vmShapes": [{**BIG_VM, "units": 0}]},
+            "should be greater than or equal to 1",
+        ),
         ({"resourceName": "gpu"}, RESOURCE_NAME_SHAPE),  # no domain prefix: not an extended resource
         ({"resourceName": "kubernetes.io/gpu"}, "not in the kubernetes.io domain"),
         ({"resourceName": "example.kubernetes.io/gpu"}, "not in the kubernetes.io domain"),
@@ -106,3 +121,26 @@ async def test_resource_name_is_immutable(kube: Kube, gpuclass_crd: None) -> Non
         await kube.patch(GPUCLASSES.path(name="immutable"), {"spec": {"displayName": "A, renamed"}}, "merge")
     finally:
         await kube.delete(GPUCLASSES.path(name="immutable"))
+
+
+async def test_a_dra_class_and_whole_vm_shapes_are_accepted(kube: Kube, gpuclass_crd: None) -> None:
+    shapes = [
+        BIG_VM,
+        {"name": "small", "units": 1, "cpu": "8", "memory": "64Gi"},
+        {"name": "bare", "units": 4},
+    ]
+    created = await kube.create(
+        GPUCLASSES.path(), gpu_class("dra", deviceClassName="gpu.nvidia.com", vmShapes=shapes)
+    )
+    try:
+        assert created["spec"]["vmShapes"] == shapes
+        # A class cannot switch kinds, nor change its DeviceClass.
+        for patch, message in (
+            ({"spec": {"deviceClassName": None, "resourceName": "nvidia.com/X"}}, "cannot switch"),
+            ({"spec": {"deviceClassName": "other"}}, "deviceClassName is immutable"),
+        ):
+            with pytest.raises(ApiError) as refused:
+                await kube.patch(GPUCLASSES.path(name="dra"), patch, "merge")
+            assert message in refused.value.message
+    finally:
+        await kube.delete(GPUCLASSES.path(name="dra"))
