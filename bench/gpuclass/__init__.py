@@ -1,8 +1,10 @@
 """The GPUClass benchmark: ``python -m bench gpuclass`` (or ``python -m bench.gpuclass``).
 
-Three scenarios, one table. *pure*: the pure core in process on 5,000 nodes and 150,000 pods (a full
+Four scenarios, one table. *pure*: the pure core in process on 5,000 nodes and 150,000 pods (a full
 pass, with the default and with eight VM sizes per class; one pod event; the aggregates' memory)
-against a naive recomputation and ``json.loads``.
+against a naive recomputation and ``json.loads``. *dra*: the same world with a ResourceSlice per node,
+a ResourceClaim per GPU VM, half the classes counting DRA devices and whole-VM shapes on every class
+(a full pass; a Pod, ResourceSlice and ResourceClaim event, each against ``json.loads``).
 *live*: the operator as a subprocess on the local control plane under GPU pod churn (convergence
 after the last change, status writes while nothing changes). *coldstart*: the operator's start on a
 control plane holding 5,000 Nodes and 150,000 Pods (the issue's envelope for one replica), against a
@@ -18,14 +20,14 @@ import time
 from collections.abc import Sequence
 from pathlib import Path
 
-from bench.gpuclass import coldstart, live, pure
+from bench.gpuclass import coldstart, dra, live, pure
 from bench.gpuclass.report import Row, render
 from bench.gpuclass.world import WorldSpec
 
 
 def main(argv: Sequence[str] | None = None) -> int:
     parser = argparse.ArgumentParser(prog="python -m bench gpuclass", description=__doc__)
-    parser.add_argument("--scenario", choices=("all", "pure", "live", "coldstart"), default="all")
+    parser.add_argument("--scenario", choices=("all", "pure", "dra", "live", "coldstart"), default="all")
     parser.add_argument("--pass-runs", type=int, default=50, help="passes timed (median)")
     parser.add_argument("--naive-runs", type=int, default=3, help="naive passes timed (median)")
     parser.add_argument("--event-pods", type=int, default=4_000, help="pods drawn for events (two each)")
@@ -77,6 +79,13 @@ def main(argv: Sequence[str] | None = None) -> int:
         result = pure.run(options, say)
         rows += result.rows
         notes += result.notes
+    if args.scenario in ("all", "dra"):
+        dra_result = dra.run(
+            dra.DraOptions(world=WorldSpec(), pass_runs=args.pass_runs, event_objects=args.event_pods // 2),
+            say,
+        )
+        rows += dra_result.rows
+        notes += dra_result.notes
     if args.scenario in ("all", "live"):
         live_result = live.run(
             live.LiveOptions(

@@ -85,6 +85,19 @@ def device_variable(
     }
 
 
+class DeviceContext:
+    """One device converted into CEL values once, for every selector that judges it."""
+
+    __slots__ = ("context",)
+
+    def __init__(self, device: Mapping[str, Any]) -> None:
+        self.context = cel.Context(variables={DEVICE_VARIABLE: device}, functions=_FUNCTIONS)
+
+
+def device_context(device: Mapping[str, Any]) -> DeviceContext:
+    return DeviceContext(device)
+
+
 @dataclass(frozen=True)
 class Selector:
     """The selectors of one DeviceClass version, compiled once."""
@@ -102,15 +115,17 @@ class Selector:
                 return cls((), f"selector {expression!r} does not compile: {error}")
         return cls(tuple(programs))
 
-    def selects(self, device: Mapping[str, Any]) -> bool:
+    def selects(self, device: Mapping[str, Any] | DeviceContext) -> bool:
+        """Whether every selector holds for ``device`` (a ``device_context`` when several selectors
+        judge one device: converting the device into CEL values costs ~20 times an evaluation)."""
         if self.error:
             return False
         if not self.programs:
             return True
-        context = cel.Context(variables={DEVICE_VARIABLE: device}, functions=_FUNCTIONS)
+        context = device if isinstance(device, DeviceContext) else device_context(device)
         for program in self.programs:
             try:
-                if program.execute(context) is not True:
+                if program.execute(context.context) is not True:
                     return False
             except Exception:  # a runtime error on this device: not selected (see the docstring)
                 return False

@@ -33,11 +33,18 @@ once per spec).
 from __future__ import annotations
 
 import logging
+import re
 from collections.abc import Hashable, Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
-from operators.gpuclass.device_selectors import Selector, device_variable, quantity_value, version_value
+from operators.gpuclass.device_selectors import (
+    Selector,
+    device_context,
+    device_variable,
+    quantity_value,
+    version_value,
+)
 
 log = logging.getLogger(__name__)
 
@@ -49,6 +56,11 @@ ObjKey = Hashable
 ATTRIBUTE_TYPES: Final = ("int", "bool", "string", "version")
 _MAPPING: Final = (dict, Mapping)
 _EMPTY: Final[Mapping[str, int]] = {}
+# At most this many devices that went are remembered with what was decided for them.
+GONE_MEMO_LIMIT: Final = 4_096
+# A first selector ``device.driver == "<name>"`` (alone, or before ``&&``): the class selects only that
+# driver's devices, so the others are never converted into CEL values for it.
+_DRIVER_FIRST: Final = re.compile(r'^\s*device\.driver\s*==\s*"([^"\\]+)"\s*(?:&&|$)')
 
 
 @dataclass(frozen=True, slots=True)
@@ -71,7 +83,7 @@ class _Slice:
 @dataclass(slots=True)
 class _Device:
     node: str
-    variable: Mapping[str, Any]  # what a selector sees as ``device``
+    raw: Mapping[str, Any]  # the device as the slice lists it: an equal one is the same device
     selected: frozenset[str] = field(default_factory=frozenset)  # DeviceClass names
 
 
@@ -80,6 +92,7 @@ class _Class:
     view: DeviceClassView
     selectors: tuple[str, ...]
     selector: Selector
+    driver: str = ""  # the one driver its selectors require (``device.driver == "..."`` first), if any
 
 
 class DraInventory:
@@ -95,6 +108,9 @@ class DraInventory:
         self._holders: dict[DeviceId, int] = {}  # device -> how many claims hold it (> 0)
         self._selected: dict[str, dict[str, int]] = {}  # class -> node -> selected devices
         self._allocated: dict[str, dict[str, int]] = {}  # class -> node -> of those, allocated
+        # Devices that went: (class epoch, raw, selected); the epoch moves with every class change.
+        self._gone: dict[DeviceId, tuple[int, Mapping[str, Any], frozenset[str]]] = {}
+        self._class_epoch = 0
 
     # --- events: DeviceClasses -------------------------------------------------------------------
 
@@ -117,7 +133,9 @@ class DraInventory:
         selector = Selector.compile(selectors)
         if selector.error:
             log.warning("DeviceClass %s selects no device: %s", name, selector.error)
-        self._classes[name] = _Class(DeviceClassView(name, extended, selector.error), selectors, selector)
+        self._classes[name] = _Class(
+            DeviceClassView(name, extended, selector.error), selectors, selector, required_driver(selectors)
+        )
         self._reselect_all(name)
         return True
 
@@ -213,8 +231,8 @@ class DraInventory:
         for slice_ in slices:
             if slice_.generation != newest or not slice_.node:
                 continue
-            for device_id, variable in _slice_devices(slice_):
-                current[device_id] = _Device(slice_.node, variable)
+            for device_id, raw in _slice_devices(slice_):
+                current[device_id] = _Device(slice_.node, raw)
         if not keys:
             self._pools.pop(pool, None)
         before = self._pool_devices.pop(pool, frozenset())
@@ -222,27 +240,52 @@ class DraInventory:
             self._pool_devices[pool] = frozenset(current)
         changed = False
         for device_id in before - current.keys():
-            self._account(device_id, self._devices.pop(device_id), -1)
+            gone = self._devices.pop(device_id)
+            self._account(device_id, gone, -1)
+            self._remember(device_id, gone)
             changed = True
         for device_id, device in current.items():
             known = self._devices.get(device_id)
-            if known is not None and known.node == device.node and known.variable == device.variable:
-                continue
+            if known is not None and known.node == device.node and known.raw == device.raw:
+                continue  # the same device (a republished slice, a new pool generation): no CEL
             if known is not None:
                 self._account(device_id, known, -1)
-            device.selected = self._select(device)
+            device.selected = self._select(device_id, device)
             self._devices[device_id] = device
             self._account(device_id, device, +1)
             changed = True
         return changed
 
-    def _select(self, device: _Device) -> frozenset[str]:
-        return frozenset(name for name, cls in self._classes.items() if cls.selector.selects(device.variable))
+    def _select(self, device_id: DeviceId, device: _Device) -> frozenset[str]:
+        """The classes selecting a new or changed device: one conversion into CEL values, then every
+        class's programs (those naming another driver skip it); a device that went and came back
+        unchanged, with no DeviceClass changed meanwhile, keeps what was decided for it."""
+        gone = self._gone.pop(device_id, None)
+        if gone is not None and gone[0] == self._class_epoch and gone[1] == device.raw:
+            return gone[2]
+        driver = device_id[0]
+        candidates = [(n, c) for n, c in self._classes.items() if c.driver in ("", driver)]
+        if not candidates:
+            return frozenset()
+        context = device_context(device_variable_of(driver, device.raw))
+        return frozenset(name for name, cls in candidates if cls.selector.selects(context))
+
+    def _remember(self, device_id: DeviceId, device: _Device) -> None:
+        """Keep what was decided for a device that went (bounded): it often comes back as it was."""
+        if len(self._gone) >= GONE_MEMO_LIMIT:
+            del self._gone[next(iter(self._gone))]
+        self._gone[device_id] = (self._class_epoch, device.raw, device.selected)
 
     def _reselect_all(self, name: str) -> None:
+        self._class_epoch += 1
+        self._gone.clear()
         known = self._classes.get(name)
         for device_id, device in self._devices.items():
-            selects = known is not None and known.selector.selects(device.variable)
+            selects = (
+                known is not None
+                and known.driver in ("", device_id[0])
+                and known.selector.selects(device_variable_of(device_id[0], device.raw))
+            )
             if selects == (name in device.selected):
                 continue
             held = self._holders.get(device_id, 0) > 0
@@ -307,22 +350,26 @@ def allocated_devices(claim: Mapping[str, Any]) -> frozenset[DeviceId]:
 def _slice_devices(slice_: _Slice) -> Iterator[tuple[DeviceId, Mapping[str, Any]]]:
     driver, pool = slice_.pool
     for device in slice_.spec.get("devices") or ():
-        if not isinstance(device, _MAPPING) or not device.get("name"):
-            continue
-        attributes: dict[str, dict[str, object]] = {}
-        for qualified, value in (device.get("attributes") or {}).items():
-            converted = _attribute(value)
-            if converted is not None:
-                domain, name = _split(qualified, driver)
-                attributes.setdefault(domain, {})[name] = converted
-        capacity: dict[str, dict[str, str]] = {}
-        for qualified, value in (device.get("capacity") or {}).items():
-            text = value.get("value") if isinstance(value, _MAPPING) else None
-            converted_quantity = quantity_value(text)
-            if converted_quantity is not None:
-                domain, name = _split(qualified, driver)
-                capacity.setdefault(domain, {})[name] = converted_quantity
-        yield (driver, pool, str(device["name"])), device_variable(driver, attributes, capacity)
+        if isinstance(device, _MAPPING) and device.get("name"):
+            yield (driver, pool, str(device["name"])), device
+
+
+def device_variable_of(driver: str, device: Mapping[str, Any]) -> Mapping[str, Any]:
+    """What a selector sees as ``device`` of a ResourceSlice's device entry."""
+    attributes: dict[str, dict[str, object]] = {}
+    for qualified, value in (device.get("attributes") or {}).items():
+        converted = _attribute(value)
+        if converted is not None:
+            domain, name = _split(qualified, driver)
+            attributes.setdefault(domain, {})[name] = converted
+    capacity: dict[str, dict[str, str]] = {}
+    for qualified, value in (device.get("capacity") or {}).items():
+        text = value.get("value") if isinstance(value, _MAPPING) else None
+        converted_quantity = quantity_value(text)
+        if converted_quantity is not None:
+            domain, name = _split(qualified, driver)
+            capacity.setdefault(domain, {})[name] = converted_quantity
+    return device_variable(driver, attributes, capacity)
 
 
 def _attribute(value: object) -> object | None:
@@ -339,6 +386,14 @@ def _split(qualified: str, driver: str) -> tuple[str, str]:
     """An attribute or capacity name as (domain, id); an unqualified name is in the driver's domain."""
     domain, slash, name = qualified.rpartition("/")
     return (domain, name) if slash else (driver, qualified)
+
+
+def required_driver(selectors: tuple[str, ...]) -> str:
+    """The driver every selected device must have, when the first selector starts by saying so."""
+    if not selectors or "||" in selectors[0] or "?" in selectors[0]:
+        return ""  # ``a && b || c`` may select any driver's device through ``c``
+    match = _DRIVER_FIRST.match(selectors[0])
+    return match[1] if match else ""
 
 
 def _selector_expressions(spec: Mapping[str, Any]) -> tuple[str, ...]:

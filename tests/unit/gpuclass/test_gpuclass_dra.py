@@ -10,7 +10,7 @@ import pytest
 
 from operators.gpuclass import reasons
 from operators.gpuclass.device_selectors import Selector
-from operators.gpuclass.dra import DraInventory, allocated_devices
+from operators.gpuclass.dra import DraInventory, allocated_devices, device_variable_of, required_driver
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found, NotInstalled, dra_gpus_enabled
 from operators.gpuclass.reconcile import DEVICE_CLASS_PREFIX, decide
@@ -37,11 +37,8 @@ DRA_OFF = Found(make_kubevirt_cr(pci=[H200]))
 
 
 def device_view(**attributes: Any) -> Mapping[str, Any]:
-    """What a selector sees of one device of the default driver (built the way the inventory does)."""
-    inventory = DraInventory()
-    inventory.upsert_class(make_device_class("all"))
-    inventory.upsert_slice(("", "s"), make_slice("s", "n1", [gpu_device("gpu-0", **attributes)]))
-    return next(iter(inventory._devices.values())).variable
+    """What a selector sees of one device of the default driver."""
+    return device_variable_of(GPU_DRIVER, gpu_device("gpu-0", **attributes))
 
 
 # --- selectors: one row per rule ------------------------------------------------------------------
@@ -290,3 +287,33 @@ def test_the_kubevirt_gate_must_be_listed_explicitly() -> None:
     assert dra_gpus_enabled(make_kubevirt_cr(dra=True))
     assert not dra_gpus_enabled(make_kubevirt_cr())
     assert not dra_gpus_enabled(None)
+
+
+@pytest.mark.parametrize(
+    ("selectors", "driver"),
+    [
+        ((f'device.driver == "{GPU_DRIVER}"',), GPU_DRIVER),
+        ((f'device.driver == "{GPU_DRIVER}" && device.attributes["x"].y == 1', "true"), GPU_DRIVER),
+        ((f'device.driver == "{GPU_DRIVER}" && false || true',), ""),  # || may select any driver's
+        ((f'device.driver == "{GPU_DRIVER}" ? true : true',), ""),
+        (('device.attributes["x"].y == 1',), ""),
+        ((), ""),
+    ],
+)
+def test_a_class_naming_its_driver_first_is_never_asked_about_other_drivers(
+    selectors: tuple[str, ...], driver: str
+) -> None:
+    assert required_driver(selectors) == driver
+
+
+def test_a_device_that_comes_back_keeps_its_selection_unless_a_class_changed_meanwhile() -> None:
+    dra = h200_world()
+    four = [gpu_device(f"gpu-{i}") for i in range(4)]
+    dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four[:3]))
+    assert dra.selected_on("h200")["n1"] == 3
+    dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four))  # back, as it was
+    assert dra.selected_on("h200")["n1"] == 4
+    dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four[:3]))
+    dra.upsert_class(make_device_class("h200", 'device.attributes["gpu.nvidia.com"].index < 3'))
+    dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four))  # back, but judged again
+    assert dra.selected_on("h200")["n1"] == 3

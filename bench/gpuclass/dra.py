@@ -1,0 +1,346 @@
+"""Scenario *dra*: the pure core with DRA GPUs and whole-VM shapes in the world; no server.
+
+The world is *pure*'s (5,000 nodes, 150,000 pods, 100 classes), and besides: every node publishes
+one ResourceSlice (a GPU node its GPUs, as NVIDIA's DRA driver would, one DeviceClass per GPU
+model; every other node two NICs of another driver), every GPU VM has a ResourceClaim (allocated on
+its node when the VM is bound), every other class counts DRA devices (``spec.deviceClassName``)
+instead of the device plugin's resource, and every class lists two whole-VM shapes (GPUs, CPU and
+memory), so the inventory tracks every pod's CPU and memory.
+
+Measures, in one run:
+
+* one full pass (``decide``) from warm aggregates, the median of many: against *pure*'s pass over
+  the same world without DRA and shapes, and ``json.loads`` of one pod event;
+* one event of each kind into the aggregates, the mean over rounds that leave them as found:
+  a Pod event (status changes, half of the running GPU VMs stopping and starting again); a
+  ResourceSlice republished unchanged (new resourceVersion: most slice events); a ResourceSlice whose
+  devices changed (one GPU gone, then back: its selectors evaluated again); a ResourceClaim
+  deallocated and allocated again; each against ``json.loads`` of the very same events.
+
+The pass must decide the same with the events' reversals done (asserted).
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import random
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from bench.gpuclass.pure import event_time, loads_time, median_time, sample_events
+from bench.gpuclass.report import Row, seconds, times
+from bench.gpuclass.world import Obj, World, WorldSpec, build_world, is_gpu_pod
+from operators.gpuclass.dra import DraInventory
+from operators.gpuclass.inventory import Inventory
+from operators.gpuclass.kubevirt import Found
+from operators.gpuclass.reconcile import decide
+from operators.gpuclass.scheduling import bound_node, extended_requests
+
+# The targets of the issue.
+PASS_TARGET_SECONDS = 20e-3
+
+GPU_DRIVER = "gpu.nvidia.com"
+NIC_DRIVER = "nic.example.com"
+# Two shapes per class: a small and a large instance type.
+SHAPES: tuple[Obj, ...] = (
+    {"name": "small", "units": 1, "cpu": "8", "memory": "32Gi"},
+    {"name": "large", "units": 2, "cpu": "32", "memory": "256Gi"},
+)
+
+
+@dataclass(frozen=True)
+class DraOptions:
+    world: WorldSpec = field(default_factory=WorldSpec)
+    pass_runs: int = 50
+    event_objects: int = 2_000  # slices and claims drawn for events; pods: twice this
+    event_rounds: int = 7
+
+
+@dataclass(frozen=True)
+class DraResult:
+    rows: list[Row]
+    notes: list[str]
+
+
+@dataclass(frozen=True)
+class DraWorld:
+    device_classes: list[Obj]
+    slices: list[Obj]
+    claims: list[Obj]
+    classes: list[Obj]  # half count DRA devices, every one lists SHAPES
+
+
+def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
+    spec = options.world
+    say(f"dra: generating the world ({spec.nodes:,} nodes, {spec.pods:,} pods, one slice per node)")
+    world = build_world(spec)
+    pods = list(world.pods())
+    dra_world = with_dra(world, pods)
+    view = Found(world.kubevirt_cr)
+
+    say("dra: filling the aggregates (every pod's cpu and memory too) and the DRA inventory")
+    plain = Inventory()
+    inventory = Inventory(compute=True)
+    for node in world.nodes:
+        plain.upsert_node(node)
+        inventory.upsert_node(node)
+    for pod in pods:
+        plain.upsert_pod(pod)
+        inventory.upsert_pod(pod)
+    dra = DraInventory()
+    for device_class in dra_world.device_classes:
+        dra.upsert_class(device_class)
+    for slice_ in dra_world.slices:
+        dra.upsert_slice(("", slice_["metadata"]["name"]), slice_)
+    for claim in dra_world.claims:
+        dra.upsert_claim(_key(claim), claim)
+
+    say(f"dra: {options.pass_runs} full passes, with and without DRA and shapes")
+    classes = dra_world.classes
+    decisions = decide(classes, inventory, view, dra)
+    pass_seconds, _ = median_time(lambda: decide(classes, inventory, view, dra), options.pass_runs)
+    plain_seconds, _ = median_time(lambda: decide(world.classes, plain, view), options.pass_runs)
+
+    say("dra: events of each kind, and json.loads of the same events")
+    rng = random.Random(spec.seed + 3)
+    pod_events = sample_events(world, pods, options.event_objects * 2)
+    pod_seconds = event_time(inventory, pod_events, options.event_rounds)
+    pod_loads = loads_time(_texts(pod_events), options.event_rounds)
+    gpu_slices = [s for s in dra_world.slices if s["spec"]["driver"] == GPU_DRIVER and s["spec"]["devices"]]
+    same, changed, judged = slice_events(rng.sample(gpu_slices, min(options.event_objects, len(gpu_slices))))
+    same_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), same, options.event_rounds)
+    changed_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), changed, options.event_rounds)
+    judged_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), judged, options.event_rounds)
+    allocated = [c for c in dra_world.claims if (c.get("status") or {}).get("allocation")]
+    claims = claim_events(rng.sample(allocated, min(options.event_objects, len(allocated))))
+    claim_seconds = _time(lambda e: dra.upsert_claim(_key(e), e), claims, options.event_rounds)
+    slice_loads = loads_time(_texts(changed), options.event_rounds)
+    claim_loads = loads_time(_texts(claims), options.event_rounds)
+    assert decide(classes, inventory, view, dra) == decisions, "the events' reversals changed decisions"
+
+    dra_classes = sum(1 for c in classes if "deviceClassName" in c["spec"])
+    serving = sum(1 for d in decisions.values() if any(f.vms for f in d.status.fits if f.name))
+    rows = [
+        Row(
+            f"full pass, {len(classes)} classes ({dra_classes} DRA), {len(SHAPES)} whole-VM shapes each "
+            f"(median of {options.pass_runs})",
+            seconds(pass_seconds),
+            f"≤ {seconds(PASS_TARGET_SECONDS)}",
+            pass_seconds <= PASS_TARGET_SECONDS,
+            f"this ÷ the pass without DRA and shapes = {times(pass_seconds / plain_seconds)}; "
+            f"this = {times(pass_seconds / pod_loads)} json.loads of one pod event",
+        ),
+        Row(
+            f"pod event, cpu and memory tracked too (mean of {len(pod_events):,})",
+            seconds(pod_seconds),
+            ratio=f"this ÷ json.loads = {times(pod_seconds / pod_loads)}",
+        ),
+        _event_row("ResourceSlice event, republished unchanged", same_seconds, pod_seconds, slice_loads),
+        _event_row("ResourceSlice event, a GPU gone or back", changed_seconds, pod_seconds, slice_loads),
+        Row(
+            f"  ResourceSlice event, a GPU's attributes changed: judged by {len(dra_world.device_classes)} "
+            "DeviceClasses of its driver",
+            seconds(judged_seconds),
+            ratio=f"this ÷ json.loads = {times(judged_seconds / slice_loads)}; "
+            f"this ÷ a pod event = {times(judged_seconds / pod_seconds)}",
+        ),
+        _event_row("ResourceClaim event, deallocated or allocated", claim_seconds, pod_seconds, claim_loads),
+        Row("baseline: the pass without DRA and shapes", seconds(plain_seconds)),
+        Row("baseline: json.loads of one pod event", seconds(pod_loads)),
+        Row("baseline: json.loads of one ResourceSlice event", seconds(slice_loads)),
+        Row("baseline: json.loads of one ResourceClaim event", seconds(claim_loads)),
+    ]
+    notes = [
+        f"dra world: {len(dra_world.slices):,} ResourceSlices, {len(dra_world.claims):,} ResourceClaims "
+        f"({len(allocated):,} allocated), {len(dra_world.device_classes)} DeviceClasses; "
+        f"{serving} of {len(decisions)} classes fit some whole VM",
+    ]
+    return DraResult(rows, notes)
+
+
+def _event_row(figure: str, value: float, pod: float, loads: float) -> Row:
+    return Row(
+        figure,
+        seconds(value),
+        f"≤ a pod event ({seconds(pod)})",
+        value <= pod,
+        f"this ÷ json.loads = {times(value / loads)}; this ÷ a pod event = {times(value / pod)}",
+    )
+
+
+def _time(upsert: Callable[[Obj], object], events: Sequence[Obj], rounds: int) -> float:
+    def one_round() -> None:
+        for event in events:
+            upsert(event)
+
+    one_round()
+    return median_time(one_round, rounds)[0] / len(events)
+
+
+def _texts(events: Sequence[Obj]) -> list[str]:
+    return [json.dumps({"type": "MODIFIED", "object": e}, separators=(",", ":")) for e in events]
+
+
+def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
+    metadata = obj["metadata"]
+    return metadata.get("namespace", ""), metadata["name"]
+
+
+# --- the DRA world ------------------------------------------------------------------------------
+
+
+def with_dra(world: World, pods: Sequence[Obj]) -> DraWorld:
+    """One slice per node, one claim per GPU VM, a DeviceClass per GPU model; the classes with an
+    odd index count DRA devices, and every class lists ``SHAPES``."""
+    models = {r.name: r.name.split("/")[1] for r in world.resources}
+    device_classes = [_device_class(model) for model in models.values()]
+    slices = []
+    allocatable: dict[str, tuple[str, int]] = {}
+    for node in world.nodes:
+        name = node["metadata"]["name"]
+        found = [(r, int(v)) for r, v in node["status"]["allocatable"].items() if r in models]
+        if found:
+            resource, units = found[0]
+            allocatable[name] = (models[resource], units)
+            devices = [_gpu(i, models[resource]) for i in range(units)]
+            slices.append(_slice(name, GPU_DRIVER, devices))
+        else:
+            slices.append(_slice(name, NIC_DRIVER, [_nic(i) for i in range(2)]))
+    names = frozenset(models)
+    taken: dict[str, int] = {}
+    claims = []
+    for pod in pods:
+        if not is_gpu_pod(pod, names):
+            continue
+        resource, amount = next((r, a) for r, a in extended_requests(pod).amounts.items() if r in names)
+        bound = bound_node(pod)
+        results = []
+        if bound is not None and bound in allocatable:
+            first = taken.get(bound, 0)
+            taken[bound] = first + amount
+            results = [
+                {"request": "gpu", "driver": GPU_DRIVER, "pool": bound, "device": f"gpu-{i}"}
+                for i in range(first, first + amount)
+            ]
+        claims.append(_claim(pod, f"dra-{models[resource].lower().replace('_', '-')}", amount, results))
+    classes = []
+    for index, cls in enumerate(world.classes):
+        spec = {**cls["spec"], "vmShapes": [dict(s) for s in SHAPES]}
+        if index % 2:
+            model = models[spec.pop("resourceName")]
+            spec["deviceClassName"] = f"dra-{model.lower().replace('_', '-')}"
+        classes.append({**cls, "spec": spec})
+    return DraWorld(device_classes, slices, claims, classes)
+
+
+def _device_class(model: str) -> Obj:
+    expression = (
+        f'device.driver == "{GPU_DRIVER}" && device.attributes["{GPU_DRIVER}"].productName == "{model}"'
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"dra-{model.lower().replace('_', '-')}", "generation": 1},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def _gpu(index: int, model: str) -> Obj:
+    return {
+        "name": f"gpu-{index}",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "productName": {"string": model},
+            "index": {"int": index},
+            "uuid": {"string": f"GPU-{random.Random(index).getrandbits(64):016x}"},
+            "driverVersion": {"version": "580.65.6"},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+
+
+def _nic(index: int) -> Obj:
+    return {"name": f"nic-{index}", "attributes": {"speed": {"int": 100}}}
+
+
+def _slice(node: str, driver: str, devices: list[Obj]) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": f"{node}-{driver}",
+            "uid": f"slice-{node}-{driver}",
+            "resourceVersion": "100",
+            "generation": 1,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"node-{node}"}],
+        },
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def _claim(pod: Obj, device_class: str, count: int, results: list[Obj]) -> Obj:
+    metadata = pod["metadata"]
+    claim: Obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"{metadata['name']}-gpu",
+            "namespace": metadata["namespace"],
+            "uid": f"claim-{metadata['uid']}",
+            "resourceVersion": "200",
+        },
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}]
+            }
+        },
+    }
+    if results:
+        claim["status"] = {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": metadata["name"], "uid": metadata["uid"]}],
+        }
+    return claim
+
+
+def slice_events(slices: Sequence[Obj]) -> tuple[list[Obj], list[Obj], list[Obj]]:
+    """For each slice: republished unchanged (twice); changed (its last device gone) then back; its
+    first device's driver upgraded then downgraded (a device every DeviceClass must judge again)."""
+    same: list[Obj] = []
+    changed: list[Obj] = []
+    judged: list[Obj] = []
+    for slice_ in slices:
+        for bump in (1, 2):
+            same.append(_bumped(slice_, bump, slice_["spec"]))
+        fewer = copy.deepcopy(slice_["spec"])
+        fewer["devices"] = fewer["devices"][:-1]
+        changed.append(_bumped(slice_, 3, fewer))
+        changed.append(_bumped(slice_, 4, slice_["spec"]))
+        upgraded = copy.deepcopy(slice_["spec"])
+        upgraded["devices"][0]["attributes"]["driverVersion"] = {"version": "580.95.5"}
+        judged.append(_bumped(slice_, 5, upgraded))
+        judged.append(_bumped(slice_, 6, slice_["spec"]))
+    return same, changed, judged
+
+
+def claim_events(claims: Sequence[Obj]) -> list[Obj]:
+    """For each allocated claim: deallocated (its VM stopped), then allocated again."""
+    events: list[Obj] = []
+    for claim in claims:
+        freed = {k: v for k, v in claim.items() if k != "status"}
+        events.append(_bumped(freed, 1, claim["spec"]))
+        events.append(_bumped(claim, 2, claim["spec"]))
+    return events
+
+
+def _bumped(obj: Obj, bump: int, spec: Obj) -> Obj:
+    metadata = dict(obj["metadata"])
+    metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + bump)
+    return {**obj, "metadata": metadata, "spec": spec}
