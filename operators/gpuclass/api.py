@@ -27,3 +27,7 @@ DRA_API_VERSION: Final = "resource.k8s.io/v1"
 DEVICE_CLASSES: Final = Resource(DRA_API_VERSION, "deviceclasses", namespaced=False)
 RESOURCE_SLICES: Final = Resource(DRA_API_VERSION, "resourceslices", namespaced=False)
 RESOURCE_CLAIMS: Final = Resource(DRA_API_VERSION, "resourceclaims")
+# KubeVirt's cluster instance types: a whole-VM shape may name one (read on a pass, never watched).
+CLUSTER_INSTANCETYPES: Final = Resource(
+    "instancetype.kubevirt.io/v1beta1", "virtualmachineclusterinstancetypes", namespaced=False
+)

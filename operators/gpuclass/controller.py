@@ -39,16 +39,23 @@ from typing import Final, cast
 
 from prometheus_client import CollectorRegistry
 
-from operators.gpuclass.api import DEVICE_CLASSES, GPUCLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.gpuclass.api import (
+    CLUSTER_INSTANCETYPES,
+    DEVICE_CLASSES,
+    GPUCLASSES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Definitive, KubeVirtRead, remember, view
 from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, read_kubevirt
 from operators.gpuclass.metrics import STAGE_PASS, STAGE_STATUS_WRITE, Metrics
-from operators.gpuclass.reconcile import ClassDecision, decide, transition_events
+from operators.gpuclass.reconcile import ClassDecision, decide, named_instancetypes, transition_events
 from operators.gpuclass.settings import Settings
 from shared.conditions import rfc3339, status_patch
 from shared.events import post_event
+from shared.kube import NO_ANSWER, ApiError
 from shared.resources import EVENTS, KUBEVIRTS, NODES, PODS
 from shared.runtime.cache import Key, Obj
 from shared.runtime.controller import (
@@ -63,7 +70,7 @@ from shared.runtime.controller import (
     generation_changed,
 )
 from shared.runtime.manager import Manager
-from shared.runtime.reads import Reads
+from shared.runtime.reads import LIST, Reads
 from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing, current_pass
 
@@ -241,10 +248,14 @@ class Reconciler:
         settings: Settings,
         clock: Callable[[], datetime] = lambda: datetime.now(UTC),
         dra: DraInventory | None = None,
+        instancetypes: Reads | None = None,
     ) -> None:
         self.caches, self.writer, self.kubevirts, self.tracing = caches, writer, kubevirts, tracing
         self.inventory, self.metrics, self.settings, self.clock = inventory, metrics, settings, clock
         self.dra = dra if dra is not None else DraInventory()
+        self.instancetypes = instancetypes
+        # The cluster instance types of the last read that answered, by name.
+        self.known_instancetypes: dict[str, Obj] = {}
         self.kubevirt_read: KubeVirtRead | None = None
         self.kubevirt_known: Definitive | None = None
 
@@ -273,13 +284,36 @@ class Reconciler:
         kubevirt_view = view(read, self.kubevirt_known, now)
         self.kubevirt_read, self.kubevirt_known = read, remember(read, self.kubevirt_known)
         classes = list(self.caches.store(GPUCLASSES).values())
-        decisions = decide(classes, self.inventory, kubevirt_view, self.dra, settings.overhead())
+        instancetypes = await self._read_instancetypes(classes)
+        decisions = decide(
+            classes, self.inventory, kubevirt_view, self.dra, settings.overhead(), instancetypes
+        )
         report = current_pass()
         if report is not None:
             report.read(*classes)
             report.span.set_attribute("gpuclass.classes", len(decisions))
             report.reasons = sorted({c.reason for d in decisions.values() for c in d.status.conditions})
         return classes, decisions
+
+    async def _read_instancetypes(self, classes: list[Obj]) -> Mapping[str, Obj]:
+        """KubeVirt's cluster instance types, read (one LIST) only when a shape names one, as the
+        KubeVirt CR is: never required to be served. Not served, or not readable: none (the shapes
+        naming one fit 0, and the log says why); no answer: the last read's."""
+        if self.instancetypes is None or not named_instancetypes(classes):
+            return {}
+        try:
+            items = (await self.instancetypes.list()).get("items") or []
+        except ApiError as error:
+            if error.status not in (401, 403, 404):
+                log.warning("cluster instance types not read (%s); using the last read", error)
+                return self.known_instancetypes
+            log.warning("cluster instance types not readable (%s): shapes naming one fit 0", error)
+            items = []
+        except NO_ANSWER as error:
+            log.warning("cluster instance types not read (%s); using the last read", error)
+            return self.known_instancetypes
+        self.known_instancetypes = {str(item["metadata"]["name"]): item for item in items}
+        return self.known_instancetypes
 
     async def _write(self, classes: list[Obj], decisions: Mapping[str, ClassDecision], now: str) -> None:
         """Every status that differs, concurrently; then the first failure, if any, is the pass's."""
@@ -349,6 +383,7 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
         Metrics(registry),
         settings,
         dra=dra,
+        instancetypes=manager.reads(CLUSTER_INSTANCETYPES, LIST),
     )
     manager.add(wiring(settings, inventory, dra), reconciler)
     return reconciler

@@ -35,6 +35,8 @@ STALE_READ_GRACE: Final = timedelta(minutes=3)
 DEVICE_TABLES: Final = ("pciHostDevices", "mediatedDevices", "usb")
 # KubeVirt's feature gate (v1.9: beta, on by default) that gives VMs GPUs through DRA ResourceClaims.
 GPUS_WITH_DRA: Final = "GPUsWithDRA"
+# KubeVirt's default cpuAllocationRatio: a VM's vCPU requests a tenth of a CPU unless dedicated.
+DEFAULT_CPU_ALLOCATION_RATIO: Final = 10
 
 
 @dataclass(frozen=True)
@@ -72,6 +74,15 @@ def dra_gpus_enabled(kubevirt_cr: Mapping[str, Any] | None) -> bool:
     developer = configuration.get("developerConfiguration") if isinstance(configuration, Mapping) else None
     gates = developer.get("featureGates") if isinstance(developer, Mapping) else None
     return isinstance(gates, list) and GPUS_WITH_DRA in gates
+
+
+def cpu_allocation_ratio(kubevirt_cr: Mapping[str, Any] | None) -> int:
+    """KubeVirt's ``developerConfiguration.cpuAllocationRatio``: a virt-launcher without dedicated
+    CPUs requests the VM's vCPUs divided by it (``DEFAULT_CPU_ALLOCATION_RATIO`` when unset)."""
+    configuration = ((kubevirt_cr or {}).get("spec") or {}).get("configuration") or {}
+    developer = configuration.get("developerConfiguration") if isinstance(configuration, Mapping) else None
+    ratio = developer.get("cpuAllocationRatio") if isinstance(developer, Mapping) else None
+    return ratio if type(ratio) is int and ratio >= 1 else DEFAULT_CPU_ALLOCATION_RATIO
 
 
 def is_permitted(devices: PermittedDevices, resource: str) -> bool:

@@ -64,12 +64,14 @@ from operators.gpuclass import reasons
 from operators.gpuclass.dra import DeviceClassView, DraInventory
 from operators.gpuclass.inventory import Inventory, NodeState
 from operators.gpuclass.kubevirt import (
+    DEFAULT_CPU_ALLOCATION_RATIO,
     GPUS_WITH_DRA,
     Found,
     KubeVirtView,
     NotInstalled,
     PermittedDevices,
     Unrestricted,
+    cpu_allocation_ratio,
     dra_gpus_enabled,
     is_permitted,
     permitted_names,
@@ -88,6 +90,7 @@ from operators.gpuclass.vmshape import (
     Overhead,
     VmShape,
     launcher_request,
+    resolve,
     vm_shapes,
     vms_on_node,
 )
@@ -105,6 +108,8 @@ MAX_VM_SIZES: Final = 8
 DEVICE_CLASS_PREFIX: Final = "DeviceClass/"
 # The DRA inventory of a world with no DRA served: nothing selected, no DeviceClass.
 _NO_DRA: Final = DraInventory()
+# No KubeVirt cluster instance types (none served, or no shape names one).
+_NO_INSTANCETYPES: Final[Mapping[str, Mapping[str, Any]]] = {}
 
 
 class Fit(NamedTuple):
@@ -175,13 +180,17 @@ def decide(
     kubevirt: KubeVirtView,
     dra: DraInventory = _NO_DRA,
     overhead: Overhead = DEFAULT_OVERHEAD,
+    instancetypes: Mapping[str, Mapping[str, Any]] = _NO_INSTANCETYPES,
 ) -> dict[str, ClassDecision]:
-    """The decision for every live class with a resourceName or a deviceClassName, by class name."""
+    """The decision for every live class with a resourceName or a deviceClassName, by class name.
+    ``instancetypes``: the KubeVirt cluster instance types by name, for shapes that name one."""
     live = [c for c in map(_ClassView.of, classes) if c is not None]
     owner_of = _owners(live)
     # What KubeVirt permits, once per pass; None when the view is not a CR (not installed/unreadable).
     devices = permitted_names(kubevirt.cr) if isinstance(kubevirt, Found) else None
     permission = _Permission(kubevirt, devices, isinstance(kubevirt, Found) and dra_gpus_enabled(kubevirt.cr))
+    ratio = cpu_allocation_ratio(kubevirt.cr) if isinstance(kubevirt, Found) else DEFAULT_CPU_ALLOCATION_RATIO
+    shaping = _Shaping(overhead, instancetypes, ratio)
     summaries: dict[str, _ResourceSummary] = {}  # computed once per resource, shared by its classes
     decisions: dict[str, ClassDecision] = {}
     for cls in live:
@@ -192,8 +201,19 @@ def decide(
                 if cls.device_class
                 else _summarize(inventory, cls.resource)
             )
-        decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, permission, overhead)
+        decisions[cls.name] = _decide_class(cls, owner_of[cls.resource], summary, permission, shaping)
     return decisions
+
+
+def named_instancetypes(classes: Iterable[Mapping[str, Any]]) -> frozenset[str]:
+    """The KubeVirt cluster instance types the live classes' shapes name (a pass reads them)."""
+    return frozenset(
+        shape.instancetype
+        for cls in map(_ClassView.of, classes)
+        if cls is not None
+        for shape in cls.shapes
+        if shape.instancetype
+    )
 
 
 def fits_summary(fits: Iterable[Fit]) -> str:
@@ -458,7 +478,7 @@ class _Permission:
 
 
 def _decide_class(
-    cls: _ClassView, owner: str, summary: _ResourceSummary, permission: _Permission, overhead: Overhead
+    cls: _ClassView, owner: str, summary: _ResourceSummary, permission: _Permission, shaping: _Shaping
 ) -> ClassDecision:
     eligible = untolerated = free = max_free = 0
     serves = False
@@ -484,7 +504,7 @@ def _decide_class(
     else:
         fits = tuple(Fit(size, sum(group.vms(size) for group in offering)) for size in cls.sizes)
         if cls.shapes:
-            fits += tuple(_shape_fit(shape, offering, summary, overhead) for shape in cls.shapes)
+            fits += tuple(_shape_fit(shape, offering, summary, shaping) for shape in cls.shapes)
     status = ClassStatus(free, max_free, (conflict, permitted, ready), fits)
     figures = ClassFigures(
         resource=cls.resource,
@@ -501,11 +521,24 @@ def _decide_class(
     return ClassDecision(cls.name, cls.generation, status, figures)
 
 
+@dataclass(frozen=True, slots=True)
+class _Shaping:
+    """What turns a shape into a virt-launcher's request, once per pass."""
+
+    overhead: Overhead
+    instancetypes: Mapping[str, Mapping[str, Any]]
+    cpu_allocation_ratio: int
+
+
 def _shape_fit(
-    shape: VmShape, offering: Iterable[_NodeGroup], summary: _ResourceSummary, overhead: Overhead
+    named: VmShape, offering: Iterable[_NodeGroup], summary: _ResourceSummary, shaping: _Shaping
 ) -> Fit:
-    """How many VMs of ``shape`` start now, each with its GPUs, CPU and memory from one node."""
-    cpu, memory = launcher_request(shape, overhead)
+    """How many VMs of ``shape`` start now, each with its GPUs, CPU and memory from one node (none
+    when it names an instance type that is not there)."""
+    shape = resolve(named, shaping.instancetypes, shaping.cpu_allocation_ratio)
+    if shape is None:
+        return Fit(named.units, 0, named.name)
+    cpu, memory = launcher_request(shape, shaping.overhead)
     if not shape.whole:
         return Fit(shape.units, sum(group.vms(shape.units) for group in offering), shape.name)
     ask = (shape.units, cpu, memory)

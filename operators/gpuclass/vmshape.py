@@ -19,8 +19,16 @@ The defaults of ``Overhead`` follow KubeVirt's ``GetMemoryOverhead`` for an x86 
 passed through and a video device, rounded up: they overestimate a little rather than under, so a
 counted VM starts. A hoster whose VMs differ sets them (see the operator's flags).
 
-Does not: read a VirtualMachineClusterInstancetype (not done yet), or look at anything but the
-shape and the overhead.
+A shape may instead name a KubeVirt cluster instance type (``instancetype``, a
+``VirtualMachineClusterInstancetype`` of ``instancetype.kubevirt.io/v1beta1``): ``resolve`` reads
+its ``spec.cpu.guest`` vCPUs, ``spec.memory.guest`` and, for the GPU units, the number of
+``spec.gpus`` (or the shape's own ``units``). Its CPU request is the vCPUs with
+``spec.cpu.dedicatedCPUPlacement``, else the vCPUs divided by the KubeVirt CR's
+``developerConfiguration.cpuAllocationRatio`` (default 10), as KubeVirt renders the virt-launcher.
+An instance type that does not exist (or is not served) resolves to nothing: the shape fits 0.
+
+Does not: read an instance type (the glue lists them on a pass), or look at anything but the
+shape, the instance type and the overhead.
 """
 
 from __future__ import annotations
@@ -60,6 +68,7 @@ class VmShape:
     units: int
     cpu_millis: int = 0  # 0: the shape does not ask for CPU
     memory: int = 0  # bytes; 0: the shape does not ask for memory
+    instancetype: str = ""  # a VirtualMachineClusterInstancetype to read the figures from
 
     @property
     def whole(self) -> bool:
@@ -103,10 +112,40 @@ def vms_on_node(units: int, cpu: int, memory: int, free_units: int, free_cpu: in
     return vms
 
 
+def resolve(
+    shape: VmShape, instancetypes: Mapping[str, Mapping[str, Any]], cpu_allocation_ratio: int
+) -> VmShape | None:
+    """The shape with an instance type's figures filled in; None when it names one that is not
+    there (or one without GPUs, when the shape sets no units). A shape naming none is itself."""
+    if not shape.instancetype:
+        return shape
+    found = instancetypes.get(shape.instancetype)
+    spec = found.get("spec") if isinstance(found, Mapping) else None
+    if not isinstance(spec, Mapping):
+        return None
+    cpu_spec = _mapping(spec.get("cpu"))
+    memory_spec = _mapping(spec.get("memory"))
+    vcpus = cpu_spec.get("guest")
+    memory = _amount(memory_spec.get("guest"), 1)
+    gpus = spec.get("gpus")
+    units = shape.units or (len(gpus) if isinstance(gpus, list) else 0)
+    if type(vcpus) is not int or vcpus < 1 or not memory or units < 1:
+        return None
+    dedicated = cpu_spec.get("dedicatedCPUPlacement") is True
+    ratio = max(1, cpu_allocation_ratio)
+    cpu_millis = vcpus * 1000 if dedicated else math.ceil(vcpus * 1000 / ratio)
+    return VmShape(shape.name, units, cpu_millis, memory, shape.instancetype)
+
+
 def _shape(entry: Mapping[str, Any]) -> VmShape | None:
     name, units = entry.get("name"), entry.get("units")
     if not isinstance(name, str) or not _NAME.match(name):
         return None
+    instancetype = entry.get("instancetype")
+    if isinstance(instancetype, str) and instancetype:
+        if units is not None and (type(units) is not int or units < 1):
+            return None
+        return VmShape(name, units or 0, instancetype=instancetype)
     if type(units) is not int or units < 1:
         return None
     cpu = _amount(entry.get("cpu"), 1000)
@@ -114,6 +153,10 @@ def _shape(entry: Mapping[str, Any]) -> VmShape | None:
     if cpu is None or memory is None:
         return None
     return VmShape(name, units, cpu, memory)
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def _amount(text: object, scale: int) -> int | None:

@@ -47,6 +47,11 @@ def gpu_class(name: str, **spec: Any) -> Obj:
             {"resourceName": "nvidia.com/X", "vmShapes": [{**BIG_VM, "units": 0}]},
             "should be greater than or equal to 1",
         ),
+        ({"resourceName": "nvidia.com/X", "vmShapes": [{"name": "bare"}]}, "a VM shape needs units"),
+        (
+            {"resourceName": "nvidia.com/X", "vmShapes": [{**BIG_VM, "instancetype": "u1.h200x2"}]},
+            "either an instancetype or its cpu and memory",
+        ),
         ({"resourceName": "gpu"}, RESOURCE_NAME_SHAPE),  # no domain prefix: not an extended resource
         ({"resourceName": "kubernetes.io/gpu"}, "not in the kubernetes.io domain"),
         ({"resourceName": "example.kubernetes.io/gpu"}, "not in the kubernetes.io domain"),
@@ -128,6 +133,7 @@ async def test_a_dra_class_and_whole_vm_shapes_are_accepted(kube: Kube, gpuclass
         BIG_VM,
         {"name": "small", "units": 1, "cpu": "8", "memory": "64Gi"},
         {"name": "bare", "units": 4},
+        {"name": "typed", "instancetype": "u1.h200x2"},
     ]
     created = await kube.create(
         GPUCLASSES.path(), gpu_class("dra", deviceClassName="gpu.nvidia.com", vmShapes=shapes)

@@ -9,13 +9,14 @@ import pytest
 from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
-from operators.gpuclass.reconcile import decide, fits_summary
+from operators.gpuclass.reconcile import decide, fits_summary, named_instancetypes
 from operators.gpuclass.scheduling import compute_requests
 from operators.gpuclass.vmshape import (
     MIB,
     Overhead,
     VmShape,
     launcher_request,
+    resolve,
     vm_shapes,
     vms_on_node,
 )
@@ -149,3 +150,60 @@ def test_a_dra_class_counts_whole_vms_too() -> None:
     status = decide([cls], inventory, PERMITS, dra, overhead=NO_OVERHEAD)["h200-dra"].status
     # 7 free GPUs make 3 VMs of 2; 63.5 cores make 1 VM of 32 (the CPU bounds it)
     assert [(f.name, f.vms) for f in status.fits][-1] == ("g2-large", 1)
+
+
+def instancetype(name: str, vcpus: Any, memory: Any, gpus: int, *, dedicated: bool = False) -> dict[str, Any]:
+    """A VirtualMachineClusterInstancetype as KubeVirt serves it."""
+    cpu: dict[str, Any] = {"guest": vcpus}
+    if dedicated:
+        cpu["dedicatedCPUPlacement"] = True
+    return {
+        "apiVersion": "instancetype.kubevirt.io/v1beta1",
+        "kind": "VirtualMachineClusterInstancetype",
+        "metadata": {"name": name},
+        "spec": {
+            "cpu": cpu,
+            "memory": {"guest": memory},
+            "gpus": [{"name": f"gpu{i}", "deviceName": H200} for i in range(gpus)],
+        },
+    }
+
+
+INSTANCETYPES = {
+    "g2.dedicated": instancetype("g2.dedicated", 32, "256Gi", 2, dedicated=True),
+    "g2.shared": instancetype("g2.shared", 32, "256Gi", 2),
+    "no-gpus": instancetype("no-gpus", 4, "8Gi", 0),
+    "broken": instancetype("broken", "many", "8Gi", 1),
+}
+
+
+@pytest.mark.parametrize(
+    ("shape", "ratio", "resolved"),
+    [
+        # dedicated CPUs: the vCPUs; else the vCPUs over KubeVirt's cpuAllocationRatio
+        (VmShape("a", 0, instancetype="g2.dedicated"), 10, VmShape("a", 2, 32000, 256 * GIB, "g2.dedicated")),
+        (VmShape("a", 0, instancetype="g2.shared"), 10, VmShape("a", 2, 3200, 256 * GIB, "g2.shared")),
+        (VmShape("a", 0, instancetype="g2.shared"), 1, VmShape("a", 2, 32000, 256 * GIB, "g2.shared")),
+        # the shape's units win over the instance type's GPU count
+        (VmShape("a", 4, instancetype="no-gpus"), 10, VmShape("a", 4, 400, 8 * GIB, "no-gpus")),
+        (VmShape("a", 0, instancetype="no-gpus"), 10, None),  # no units at all
+        (VmShape("a", 0, instancetype="missing"), 10, None),
+        (VmShape("a", 0, instancetype="broken"), 10, None),
+        (VmShape("plain", 1, 1000, GIB), 10, VmShape("plain", 1, 1000, GIB)),  # names none
+    ],
+)
+def test_a_shape_naming_an_instance_type_takes_its_figures(
+    shape: VmShape, ratio: int, resolved: VmShape | None
+) -> None:
+    assert resolve(shape, INSTANCETYPES, ratio) == resolved
+
+
+def test_a_shape_naming_an_instance_type_fits_by_it_and_a_missing_one_fits_none() -> None:
+    shapes = [
+        {"name": "dedicated", "instancetype": "g2.dedicated"},
+        {"name": "gone", "instancetype": "missing"},
+    ]
+    cls = make_class("h200", H200, vm_sizes=[2], vm_shapes=shapes)
+    assert named_instancetypes([cls]) == {"g2.dedicated", "missing"}
+    status = decide([cls], compute_world(), PERMITS, overhead=NO_OVERHEAD, instancetypes=INSTANCETYPES)
+    assert fits_summary(status["h200"].status.fits) == "2:4 dedicated:1 gone:0"  # as g2-large: gpu-b only
