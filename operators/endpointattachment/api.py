@@ -82,6 +82,8 @@ ANNOTATION_FALSE: Final = "false"
 # The substrate's MetalLB driver pins the claim's addresses with this (MetalLB's) annotation on the
 # Service naming the claim: the driver's field, read (never written, never removed) by us.
 METALLB_IPS_ANNOTATION: Final = "metallb.io/loadBalancerIPs"
+# The driver's marker, added with its pin in the same Update: never read (nor written) by us.
+PINNED_ANNOTATION: Final = "metallb.drivers.local.sdn.cozystack.io/pinned"
 # Ours, on a proxied Service that shares pods with one of ours we just deleted or changed (the
 # survivor: an attachment's Service or a chart's own): cozy-proxy's deletes clear a pod's entries
 # whoever owns them, and it re-programs a Service on every update of it. The value names the change,
@@ -91,6 +93,11 @@ REPROGRAM_ANNOTATION: Final = "local.sdn.cozystack.io/reprogrammed-after"
 # Endpoints: cozy-proxy programs a Service whose address came a few milliseconds before its
 # Endpoints with no backend and does not come back to it; an update makes it program again.
 PROGRAMMED_ANNOTATION: Final = "local.sdn.cozystack.io/programmed-backend"
+# Ours, a key of our VM-mode Service's selector while the endpoint has more than one ready backend
+# (MultipleBackends), valued with the attachment's UID: no pod carries it, so the endpoints
+# controllers empty the Service's Endpoints and cozy-proxy programs nothing for the address, while
+# the Service, its pin and so its address stay. Removing the key is the one write that publishes again.
+WITHDRAWN_SELECTOR_KEY: Final = "local.sdn.cozystack.io/withdrawn-for"
 
 # Every label and annotation key we write on a rendered Service: the only keys we ever compare,
 # patch or remove there, so other writers' keys (the driver's pin) survive our passes.

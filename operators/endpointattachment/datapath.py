@@ -17,7 +17,12 @@ Decides, in this order (the first failure is the verdict):
 3. backends, both VM modes: more than one ready backend is ``MultipleBackends`` (dark rather than
    letting cozy-proxy pick the first Endpoints address and leave the others' egress unmapped);
    exactly one publishes; none renders (so the proxy programs the pod the moment it is ready), but is
-   not Provisioned (``reconcile`` says ``NoReadyBackend``).
+   not Provisioned (``reconcile`` says ``NoReadyBackend``). Dark keeps a rendered Service, and so
+   its pinned address, when nothing but the backends' count stops it (``reconcile``): its selector
+   gets ``WITHDRAWN_SELECTOR_KEY`` (``withdrawn_selector``), which no pod carries, so its Endpoints
+   empty and cozy-proxy programs nothing; removing the key publishes again in one write, with no new
+   pin or assignment to wait for. Whoever reads such a Service as a rival reads the selector without
+   the key (``served_selector``): a withdrawn Service still holds its pods.
 4. exclusivity, keyed on the backend pod and decided over every pod the endpoint *selects*, ready or
    not (a VM pod that is not scheduled or not ready has no endpoint yet, but will): a rival is every
    other Service delegated to the same proxy and every other VM-mode attachment, rendered or not,
@@ -68,6 +73,7 @@ from operators.endpointattachment.api import (
     POD_PHASE_SUCCEEDED,
     PROTOCOL_TCP,
     PROTOCOL_UDP,
+    WITHDRAWN_SELECTOR_KEY,
 )
 from operators.endpointattachment.reasons import (
     REASON_BACKEND_ALREADY_DELEGATED,
@@ -187,6 +193,25 @@ def check_port_list(ports: Sequence[Mapping[str, Any]]) -> Verdict:
 def selects(selector: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
     """Service selector semantics: a non-empty selector whose every pair the labels hold."""
     return bool(selector) and all(labels.get(k) == v for k, v in (selector or {}).items())
+
+
+def withdrawn_selector(selector: Mapping[str, str], attachment_uid: str) -> dict[str, str]:
+    """The selector of a Service kept while its backends are withdrawn (MultipleBackends): the
+    endpoint's, plus our key valued with the attachment's UID, so it selects no pod."""
+    return {**selector, WITHDRAWN_SELECTOR_KEY: attachment_uid}
+
+
+def is_withdrawn(selector: Mapping[str, Any] | None) -> bool:
+    """Whether a Service's selector is a withdrawn one (``withdrawn_selector``)."""
+    return bool(selector) and WITHDRAWN_SELECTOR_KEY in (selector or {})
+
+
+def served_selector(selector: Mapping[str, str] | None) -> Mapping[str, str] | None:
+    """The selector a Service serves when published: a withdrawn one without our key (its pods stay
+    its own for exclusivity and for cozy-proxy's survivors); any other as it is."""
+    if not is_withdrawn(selector):
+        return selector
+    return {k: v for k, v in (selector or {}).items() if k != WITHDRAWN_SELECTOR_KEY} or None
 
 
 def selected_pods(selector: Mapping[str, str] | None, pods: Iterable[Mapping[str, Any]]) -> frozenset[str]:

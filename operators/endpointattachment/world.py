@@ -39,6 +39,7 @@ from operators.endpointattachment.datapath import (
     could_render,
     rank_of,
     selected_pods,
+    served_selector,
     slice_pods,
     survivors,
     uncached_rank,
@@ -476,7 +477,8 @@ class World:
 
     def _as_proxied(self, service: Mapping[str, Any], pods: list[Obj], rank: Any = None) -> ProxiedService:
         ns, name = key_of(service)
-        selector = (service.get("spec") or {}).get("selector") or None
+        # A Service of ours whose backends are withdrawn (MultipleBackends) still holds its pods.
+        selector = served_selector((service.get("spec") or {}).get("selector") or None)
         return ProxiedService(
             namespace=ns,
             name=name,

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from operators.endpointattachment.api import WITHDRAWN_SELECTOR_KEY
 from operators.endpointattachment.datapath import (
     AttachmentRank,
     ProxiedService,
@@ -16,8 +17,12 @@ from operators.endpointattachment.datapath import (
     check_exclusivity,
     check_port_list,
     find_proxy,
+    is_withdrawn,
     rank_of,
     ready_backends,
+    selects,
+    served_selector,
+    withdrawn_selector,
 )
 from operators.endpointattachment.reasons import (
     REASON_BACKEND_ALREADY_DELEGATED,
@@ -268,3 +273,39 @@ def test_admit_without_a_declared_datapath_decides_nothing_else(proxy_name: str 
         others=[proxied("vm", {"p1"})],
     )
     assert verdict.reason == REASON_DATAPATH_CONTRACT_UNAVAILABLE
+
+
+def test_a_withdrawn_selector_selects_no_pod_and_still_holds_its_pods_for_rivals() -> None:
+    selector = {"vm.kubevirt.io/name": "vm1"}
+    withdrawn = withdrawn_selector(selector, "ea-uid-1")
+    assert withdrawn == {**selector, WITHDRAWN_SELECTOR_KEY: "ea-uid-1"}
+    assert is_withdrawn(withdrawn)
+    assert not is_withdrawn(selector)
+    assert not is_withdrawn(None)
+    assert not selects(withdrawn, selector), "the endpoint's pods do not carry our key"
+    assert served_selector(withdrawn) == selector
+    assert served_selector(selector) is selector
+    # A younger attachment on the same pods loses to the withdrawn Service, read as the World reads
+    # every proxied Service (through served_selector).
+    ours = ProxiedService(
+        "tenant-a",
+        "vm1-public-x7ktq",
+        "cozy-proxy",
+        frozenset(),
+        attachment=rank_of(make_attachment("vm1-public", created="2024-01-01T00:00:00Z")),
+        selector=served_selector(withdrawn),
+        uid="uid-ours",
+    )
+    younger = make_attachment("vm1-other", uid="uid-younger", created="2024-06-01T00:00:00Z")
+    verdict = admit(
+        mode="WholeIP",
+        family="IPv4",
+        ports=[{"port": 22}],
+        backends=frozenset({"pod-uid-1"}),
+        proxy_name="cozy-proxy",
+        me=rank_of(younger),
+        my_service=("tenant-a", ""),
+        others=[ours],
+        selector=selector,
+    )
+    assert verdict.reason == REASON_BACKEND_ALREADY_DELEGATED, verdict
