@@ -62,6 +62,8 @@ PODS_OF_VM: Final = ("vm1-a", "vm1-b")
 ATTACHMENT: Final = "ssh"
 TIMEOUT: Final = 60.0
 SERVICE_NAME_LABEL: Final = "kubernetes.io/service-name"
+# The watcher's phase once the rounds are over (the cleanup's deletions are not measured).
+DONE: Final = "done"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -121,7 +123,7 @@ class Watcher:
 
     def on_service(self, kind: str, obj: Obj) -> None:
         metadata = obj["metadata"]
-        if not str(metadata["name"]).startswith(f"{ATTACHMENT}-"):
+        if not str(metadata["name"]).startswith(f"{ATTACHMENT}-") or self.phase == DONE:
             return
         if kind == "DELETED":
             self.lost_address = self.lost_address or self.address is not None
@@ -245,6 +247,7 @@ async def _measure(
             rounds.append(Round(attached_at - started, reached - started))
             say(f"heal round {number + 1}: Attached after {duration(attached_at - started)}")
             standing, other = other, standing
+        watcher.phase = DONE  # what the cleanup deletes is not the scenario's
         await tenant.cleanup()
     return rounds, watcher
 
