@@ -436,8 +436,10 @@ def make_slice(
     pool: str | None = None,
     generation: int = 1,
     slice_count: int = 1,
+    spec_generation: int | None = None,
 ) -> dict[str, Any]:
-    """A ResourceSlice of ``node``'s pool (the pool is named after the node unless given)."""
+    """A ResourceSlice of ``node``'s pool (the pool is named after the node unless given);
+    ``spec_generation`` is ``metadata.generation`` (left out unless given: the spec is compared)."""
     spec: dict[str, Any] = {
         "driver": driver,
         "pool": {"name": pool or node or name, "generation": generation, "resourceSliceCount": slice_count},
@@ -450,7 +452,11 @@ def make_slice(
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
-        "metadata": {"name": name, "uid": _uid("resourceslice", name), "generation": 1},
+        "metadata": {
+            "name": name,
+            "uid": _uid("resourceslice", name),
+            **({"generation": spec_generation} if spec_generation is not None else {}),
+        },
         "spec": spec,
     }
 

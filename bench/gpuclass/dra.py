@@ -317,16 +317,18 @@ def slice_events(slices: Sequence[Obj]) -> tuple[list[Obj], list[Obj], list[Obj]
     changed: list[Obj] = []
     judged: list[Obj] = []
     for slice_ in slices:
+        spec = slice_["spec"]
+        # Every object is new, as a decoded watch event's is; a spec change raises the generation.
         for bump in (1, 2):
-            same.append(_bumped(slice_, bump, slice_["spec"]))
-        fewer = copy.deepcopy(slice_["spec"])
+            same.append(_bumped(slice_, bump, copy.deepcopy(spec)))
+        fewer = copy.deepcopy(spec)
         fewer["devices"] = fewer["devices"][:-1]
-        changed.append(_bumped(slice_, 3, fewer))
-        changed.append(_bumped(slice_, 4, slice_["spec"]))
-        upgraded = copy.deepcopy(slice_["spec"])
+        changed.append(_bumped(slice_, 3, fewer, generation=2))
+        changed.append(_bumped(slice_, 4, copy.deepcopy(spec), generation=3))
+        upgraded = copy.deepcopy(spec)
         upgraded["devices"][0]["attributes"]["driverVersion"] = {"version": "580.95.5"}
-        judged.append(_bumped(slice_, 5, upgraded))
-        judged.append(_bumped(slice_, 6, slice_["spec"]))
+        judged.append(_bumped(slice_, 5, upgraded, generation=4))
+        judged.append(_bumped(slice_, 6, copy.deepcopy(spec), generation=5))
     return same, changed, judged
 
 
@@ -335,12 +337,16 @@ def claim_events(claims: Sequence[Obj]) -> list[Obj]:
     events: list[Obj] = []
     for claim in claims:
         freed = {k: v for k, v in claim.items() if k != "status"}
-        events.append(_bumped(freed, 1, claim["spec"]))
-        events.append(_bumped(claim, 2, claim["spec"]))
+        events.append(_bumped(freed, 1, copy.deepcopy(claim["spec"])))
+        events.append(
+            {**_bumped(claim, 2, copy.deepcopy(claim["spec"])), "status": copy.deepcopy(claim["status"])}
+        )
     return events
 
 
-def _bumped(obj: Obj, bump: int, spec: Obj) -> Obj:
+def _bumped(obj: Obj, bump: int, spec: Obj, generation: int | None = None) -> Obj:
     metadata = dict(obj["metadata"])
     metadata["resourceVersion"] = str(int(metadata["resourceVersion"]) + bump)
+    if generation is not None:
+        metadata["generation"] = generation
     return {**obj, "metadata": metadata, "spec": spec}

@@ -78,6 +78,7 @@ class _Slice:
     pool: tuple[str, str]
     generation: int
     node: str  # "" when the slice is not tied to one node
+    version: tuple[object, int] | None = None  # (UID, metadata.generation): the spec's version
 
 
 @dataclass(slots=True)
@@ -154,8 +155,11 @@ class DraInventory:
         if not isinstance(spec, _MAPPING):
             return self.delete_slice(key)
         old = self._slices.get(key)
-        if old is not None and old.spec == spec:
-            return False  # a metadata-only change (most slice events)
+        version = _spec_version(obj)
+        if old is not None and ((version is not None and old.version == version) or old.spec == spec):
+            # Nothing but metadata changed (most slice events): the API server raises
+            # metadata.generation with every change of the spec, so no deep comparison is needed.
+            return False
         pool_spec = spec.get("pool")
         pool_spec = pool_spec if isinstance(pool_spec, _MAPPING) else {}
         generation = pool_spec.get("generation")
@@ -164,6 +168,7 @@ class DraInventory:
             (str(spec.get("driver") or ""), str(pool_spec.get("name") or "")),
             generation if type(generation) is int else 0,
             node if isinstance(node := spec.get("nodeName"), str) else "",
+            version,
         )
         self._slices[key] = new
         changed = False
@@ -227,12 +232,12 @@ class DraInventory:
         keys = self._pools.get(pool) or set()
         slices = [self._slices[k] for k in keys]
         newest = max((s.generation for s in slices), default=0)
-        current: dict[DeviceId, _Device] = {}
+        current: dict[DeviceId, tuple[str, Mapping[str, Any]]] = {}  # device -> (node, raw)
         for slice_ in slices:
             if slice_.generation != newest or not slice_.node:
                 continue
             for device_id, raw in _slice_devices(slice_):
-                current[device_id] = _Device(slice_.node, raw)
+                current[device_id] = (slice_.node, raw)
         if not keys:
             self._pools.pop(pool, None)
         before = self._pool_devices.pop(pool, frozenset())
@@ -244,12 +249,14 @@ class DraInventory:
             self._account(device_id, gone, -1)
             self._remember(device_id, gone)
             changed = True
-        for device_id, device in current.items():
-            known = self._devices.get(device_id)
-            if known is not None and known.node == device.node and known.raw == device.raw:
+        devices = self._devices
+        for device_id, (node, raw) in current.items():
+            known = devices.get(device_id)
+            if known is not None and known.node == node and (known.raw is raw or known.raw == raw):
                 continue  # the same device (a republished slice, a new pool generation): no CEL
             if known is not None:
                 self._account(device_id, known, -1)
+            device = _Device(node, raw)
             device.selected = self._select(device_id, device)
             self._devices[device_id] = device
             self._account(device_id, device, +1)
@@ -403,6 +410,15 @@ def _selector_expressions(spec: Mapping[str, Any]) -> tuple[str, ...]:
         if isinstance(expression, str):
             expressions.append(expression)
     return tuple(expressions)
+
+
+def _spec_version(obj: Mapping[str, Any]) -> tuple[object, int] | None:
+    """(UID, metadata.generation) of an object, which names one version of its spec; None without."""
+    metadata = obj.get("metadata")
+    if not isinstance(metadata, _MAPPING):
+        return None
+    generation, uid = metadata.get("generation"), metadata.get("uid")
+    return (uid, generation) if uid and type(generation) is int and generation > 0 else None
 
 
 def _name(obj: Mapping[str, Any]) -> str:

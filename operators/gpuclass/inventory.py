@@ -37,7 +37,7 @@ import logging
 import math
 from collections.abc import Hashable, Iterator, KeysView, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Final
 
 from operators.gpuclass.quantity import parse_exact, parse_value
 from operators.gpuclass.scheduling import (
@@ -61,6 +61,8 @@ Contribution = tuple[str, tuple[tuple[str, int], ...]]
 PodKey = Hashable
 # One version of a pod's spec: (UID, metadata.generation); see ``spec_version``.
 SpecVersion = tuple[object, int]
+# Past this many distinct request shapes, the memo that shares them starts over (bounded memory).
+AMOUNTS_MEMO_LIMIT: Final = 16_384
 
 
 @dataclass(frozen=True, slots=True)
@@ -100,6 +102,9 @@ class Inventory:
         self._spec_versions: dict[PodKey, SpecVersion] = {}
         # object -> the garbage already logged for it, so each is logged once per object life
         self._logged_garbage: dict[Hashable, set[str]] = {}
+        # amounts -> the one tuple of them every contribution with those amounts shares: most pods
+        # ask for a few shapes of cpu and memory (bounded: started over past AMOUNTS_MEMO_LIMIT)
+        self._amounts: dict[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]] = {}
 
     # --- events --------------------------------------------------------------------------------
 
@@ -238,7 +243,13 @@ class Inventory:
             amounts = {**amounts, **{name: n for name, n in ((CPU, cpu), (MEMORY, memory)) if n}}
         if not amounts:
             return None
-        return node, tuple(sorted(amounts.items()))
+        pairs = tuple(sorted(amounts.items()))
+        shared = self._amounts.get(pairs)
+        if shared is None:
+            if len(self._amounts) >= AMOUNTS_MEMO_LIMIT:
+                self._amounts.clear()
+            shared = self._amounts[pairs] = pairs
+        return node, shared
 
     def _apply(self, contribution: Contribution, sign: int) -> None:
         node, amounts = contribution

@@ -169,6 +169,17 @@ def test_a_slice_event_with_the_same_spec_changes_nothing() -> None:
     assert not dra.upsert_slice(("", "n1"), again)
 
 
+def test_a_slice_of_the_same_generation_is_not_compared_and_a_new_generation_is_read() -> None:
+    dra = h200_world()
+    four = [gpu_device(f"gpu-{i}") for i in range(4)]
+    assert dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four[:2], spec_generation=2))
+    # The API server raises metadata.generation with every spec change: the same one is the same spec.
+    assert not dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four[:1], spec_generation=2))
+    assert dra.selected_on("h200")["n1"] == 2
+    assert dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four[:1], spec_generation=3))
+    assert dra.selected_on("h200")["n1"] == 1
+
+
 def test_the_aggregates_do_not_depend_on_the_order_of_events() -> None:
     events: list[tuple[str, Any]] = [
         ("class", make_device_class("h200", H200_SELECTOR)),
