@@ -14,9 +14,9 @@ Decides only the plumbing around the pure core:
   of a Pod is stored but its contribution, and a Pod missing from a re-list is released), Pods
   listed as the scheduler lists them (bound, not finished: the API server filters the rest);
   DRA's DeviceClasses, ResourceSlices and ResourceClaims are folded into the ``DraInventory``
-  (``DeviceClassFold``, ``SliceFold``, ``ClaimFold``): optional kinds, so a cluster that serves no
-  ``resource.k8s.io/v1`` is an empty, synced DRA world (their gate is the runtime's CRD cache,
-  which never names a built-in kind: DRA enabled on a running cluster is seen after a restart);
+  (``DeviceClassFold``, ``SliceFold``, ``ClaimFold``): optional built-in kinds, so a cluster that
+  serves no ``resource.k8s.io/v1`` is an empty, synced DRA world, listed again every few minutes
+  (the runtime's ``RecheckGate``: an API server serving DRA later is seen without a restart);
   GPUClasses are a plain store;
 * **one pass** (``Reconciler.reconcile``): read the KubeVirt CR (a timeout or 5xx keeps the last
   definitive read for the grace period), call ``decide`` for every class, publish the figures to
@@ -125,9 +125,9 @@ def wiring(settings: Settings, inventory: Inventory, dra: DraInventory | None = 
         caches=(
             Cache(NODES, fold=NodeFold(inventory)),
             Cache(PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR),
-            Cache(DEVICE_CLASSES, fold=DeviceClassFold(dra), optional=True),
-            Cache(RESOURCE_SLICES, fold=SliceFold(dra), optional=True),
-            Cache(RESOURCE_CLAIMS, fold=ClaimFold(dra), optional=True),
+            Cache(DEVICE_CLASSES, fold=DeviceClassFold(dra), optional=True, built_in=True),
+            Cache(RESOURCE_SLICES, fold=SliceFold(dra), optional=True, built_in=True),
+            Cache(RESOURCE_CLAIMS, fold=ClaimFold(dra), optional=True, built_in=True),
         ),
         debounce=settings.debounce_seconds,
         max_delay=settings.max_delay_seconds,

@@ -479,7 +479,7 @@ class Informer:
     def _not_served(self) -> None:
         """The kind is not served (its CRD is not established): nothing of it exists. What the
         cache still holds goes as deletions, and the empty world counts as synced."""
-        log.info("%s: not served by the API; waiting for its CRD to be established", self.name)
+        log.info("%s: not served by the API; waiting until it is", self.name)
         self.served = False
         self._delete_unseen(set(), "")
         self.resource_version = self._relist_from = ""  # a new CRD's objects: a consistent LIST

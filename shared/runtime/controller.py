@@ -168,9 +168,10 @@ def spec_or_metadata_changed(old: Obj | None, new: Obj | None) -> bool:
 class Cache:
     """How one kind is cached: a ``Store`` with named indexes or, with ``fold``, an aggregate that
     keeps nothing of the objects; ``transform`` slims each object on arrival; selectors narrow the
-    LIST and WATCH; ``optional``: a kind of another component, whose CRD may come later (``served``).
-    A wiring declares the caches of the kinds it touches; a kind it does not declare is cached
-    whole, in a plain store."""
+    LIST and WATCH; ``optional``: a kind of another component, whose CRD may come later (``served``),
+    or with ``built_in`` a Kubernetes API group the API server may not serve (listed again every few
+    minutes while it is not). A wiring declares the caches of the kinds it touches; a kind it does
+    not declare is cached whole, in a plain store."""
 
     resource: Resource
     indexers: Mapping[str, Indexer] = field(default_factory=dict, hash=False)
@@ -180,6 +181,7 @@ class Cache:
     field_selector: str = ""
     page_size: int = 500
     optional: bool = False
+    built_in: bool = False  # an optional kind of Kubernetes' own (no CRD): see ``RecheckGate``
 
 
 @dataclass(frozen=True)

@@ -41,7 +41,7 @@ from shared.runtime.leader import LeaderElector
 from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
 from shared.runtime.rbac import Rules, required_rules
 from shared.runtime.reads import Reads
-from shared.runtime.served import CRDS, Served, slim_crd
+from shared.runtime.served import CRDS, RecheckGate, Served, ServedGate, crd_name, slim_crd
 from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing
 
@@ -131,9 +131,12 @@ class Manager:
 
     def _cache(self, spec: Cache) -> Informer:
         """The informer of one declared cache. An ``optional`` kind's informer is gated on its
-        CRD: the CRD cache (every CRD, slimmed) is declared with the first optional kind."""
-        gate = None
-        if spec.optional:
+        CRD: the CRD cache (every CRD, slimmed) is declared with the first optional kind; a
+        ``built_in`` one has no CRD and rechecks by listing (``RecheckGate``)."""
+        gate: ServedGate | None = None
+        if spec.optional and spec.built_in:
+            gate = RecheckGate(crd_name(spec.resource))
+        elif spec.optional:
             if CRDS not in self.informers:
                 self._cache(Cache(CRDS, transform=slim_crd)).add_handler(self._served)
             gate = self._served.gate(spec.resource)

@@ -21,25 +21,44 @@ Decides:
   wiring that must wake keys when a kind starts or stops being served watches ``CRDS`` like any
   kind, and a reconciler asks ``Caches.served(resource)``.
 
-Does not: install or read any schema, decide what a missing kind means for a controller (its
-reconciler does, from ``served``), or apply to built-in kinds (always served: no gate).
+* **an optional built-in kind** (``RecheckGate``, ``Cache(optional=True, built_in=True)``: a
+  Kubernetes API group the API server may not serve, e.g. DRA's ``resource.k8s.io/v1``): no CRD says
+  when it starts being served (an API server enables a group when it starts), so while it is not
+  served its informer lists again every ``BUILT_IN_RECHECK_SECONDS``; otherwise as above.
+
+Does not: install or read any schema, or decide what a missing kind means for a controller (its
+reconciler does, from ``served``).
 """
 
 from __future__ import annotations
 
 import asyncio
-from collections.abc import Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from typing import Any, Final
 
 from shared.kube import Obj
 from shared.resources import CRDS, Resource
 
-__all__ = ["CRDS", "ESTABLISHED", "NOT_FOUND", "Served", "ServedGate", "crd_name", "established", "slim_crd"]
+__all__ = [
+    "BUILT_IN_RECHECK_SECONDS",
+    "CRDS",
+    "ESTABLISHED",
+    "NOT_FOUND",
+    "RecheckGate",
+    "Served",
+    "ServedGate",
+    "crd_name",
+    "established",
+    "slim_crd",
+]
 
 # The CRD condition the API server sets once it serves the kind's endpoints.
 ESTABLISHED: Final = "Established"
 # What a LIST of a kind the API server does not serve answers.
 NOT_FOUND: Final = 404
+# An optional built-in kind not served is listed again this often (an API server that starts serving
+# its group has restarted: minutes are soon enough, and the LIST of a kind not served costs nothing).
+BUILT_IN_RECHECK_SECONDS: Final = 300.0
 
 
 def crd_name(resource: Resource) -> str:
@@ -95,6 +114,29 @@ class ServedGate:
             self._served.set()
         else:
             self._served.clear()
+
+
+class RecheckGate(ServedGate):
+    """The gate of an optional built-in kind: no CRD tells when it is served, so an informer that
+    found it not served waits ``every`` seconds and lists again (a LIST that answers is served)."""
+
+    def __init__(
+        self,
+        name: str,
+        every: float = BUILT_IN_RECHECK_SECONDS,
+        sleep: Callable[[float], Awaitable[None]] = asyncio.sleep,
+    ) -> None:
+        super().__init__(name)
+        self.every, self._sleep = every, sleep
+
+    def served(self) -> bool:
+        return False  # a 404 of a built-in kind always means "not served"
+
+    async def wait_served(self) -> None:
+        await self._sleep(self.every)
+
+    def set(self, served: bool) -> None:
+        pass  # no CRD cache keeps this gate
 
 
 class Served:

@@ -88,6 +88,7 @@ class WorldPlan:
 def plan(seed: int) -> WorldPlan:
     """A world from ``seed``: both kinds of node, mixed free units, CPU and memory, taints, cordons."""
     rng = random.Random(seed)
+    counted_dra = seed % 2 == 0  # the class counts DRA devices, else the device plugin's
     nodes = []
     for index in range(rng.randint(3, 6)):
         gpus = rng.choice((0, 1, 2, 4, 4, 8, 8))
@@ -96,7 +97,7 @@ def plan(seed: int) -> WorldPlan:
         nodes.append(
             NodePlan(
                 name=f"agree-{seed}-n{index}",
-                dra=rng.random() < 0.5,
+                dra=rng.random() < (0.7 if counted_dra else 0.3),  # mostly the class's kind
                 gpus=gpus,
                 used_gpus=rng.choice((0, 0, rng.randint(0, gpus))),
                 cpu_millis=cpu,
@@ -114,7 +115,7 @@ def plan(seed: int) -> WorldPlan:
         shape["cpu"] = f"{rng.choice((500, 1000, 2000, 3000, 4000, 8000))}m"
     if rng.random() < 0.7:
         shape["memory"] = f"{rng.choice((1, 2, 8, 16, 32))}Gi"
-    return WorldPlan(seed, seed % 2 == 0, tuple(nodes), shape)
+    return WorldPlan(seed, counted_dra, tuple(nodes), shape)
 
 
 # --- the scheduler ------------------------------------------------------------------------------

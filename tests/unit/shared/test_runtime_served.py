@@ -11,14 +11,26 @@ import asyncio
 import contextlib
 from collections import deque
 from collections.abc import AsyncGenerator, AsyncIterator, Sequence
-from typing import Any
+from typing import Any, cast
 
 import pytest
+from opentelemetry.trace import NoOpTracerProvider
+from prometheus_client import CollectorRegistry
 
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import CRDS, Resource
 from shared.runtime.cache import Informer, Store
-from shared.runtime.served import Served, crd_name, established, slim_crd
+from shared.runtime.controller import Cache
+from shared.runtime.manager import Manager
+from shared.runtime.served import (
+    BUILT_IN_RECHECK_SECONDS,
+    RecheckGate,
+    Served,
+    crd_name,
+    established,
+    slim_crd,
+)
+from shared.telemetry.tracing import Tracing
 
 WIDGETS = Resource("example.com/v1", "widgets")
 DEADLINE = 5.0
@@ -265,3 +277,25 @@ async def test_a_kind_without_a_gate_treats_not_found_as_a_failure() -> None:
     async with running(informer, kube):
         assert len(sleeps.delays) == 1
         assert informer.served
+
+
+async def test_a_built_in_kind_not_served_is_synced_and_empty_and_listed_again_after_the_recheck() -> None:
+    sleeps = Sleeps()
+    gate = RecheckGate(crd_name(WIDGETS), every=BUILT_IN_RECHECK_SECONDS, sleep=sleeps)
+    kube = Script([not_found(), not_found(), page(widget("a", "11"))])
+    informer = Informer(kube, WIDGETS, store=Store(), gate=gate, sleep=Sleeps())
+    seen = Seen(informer)
+    async with running(informer, kube):
+        # Two LISTs answered 404 (each waited one recheck), then the group is served: listed, watched.
+        assert sleeps.delays == [BUILT_IN_RECHECK_SECONDS, BUILT_IN_RECHECK_SECONDS]
+        assert informer.served
+        assert informer.synced.is_set()
+        assert seen == [("upserted", "a")]
+        assert kube.list_calls == 3
+
+
+def test_a_built_in_optional_kind_declares_no_crd_cache() -> None:
+    manager = Manager(cast(Kube, None), CollectorRegistry(), Tracing(NoOpTracerProvider(), "test"))
+    informer = manager.informer(Cache(WIDGETS, optional=True, built_in=True))
+    assert isinstance(informer.gate, RecheckGate)
+    assert CRDS not in manager.informers  # nothing to list and watch (nor to be granted) for it
