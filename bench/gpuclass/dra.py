@@ -42,6 +42,8 @@ from operators.gpuclass.scheduling import bound_node, extended_requests
 PASS_TARGET_SECONDS = 20e-3
 
 GPU_DRIVER = "gpu.nvidia.com"
+# A slice of at most this many devices is a passthrough node's (the vGPU nodes' hold 32 to 64).
+SMALL_SLICE = 9
 NIC_DRIVER = "nic.example.com"
 # Two shapes per class: a small and a large instance type.
 SHAPES: tuple[Obj, ...] = (
@@ -112,6 +114,11 @@ def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
     same, changed, judged = slice_events(rng.sample(gpu_slices, min(options.event_objects, len(gpu_slices))))
     same_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), same, options.event_rounds)
     changed_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), changed, options.event_rounds)
+    # The same by the slice's size: a passthrough node's few GPUs, a vGPU node's tens of devices.
+    small = [e for e in changed if len(e["spec"]["devices"]) <= SMALL_SLICE]
+    large = [e for e in changed if len(e["spec"]["devices"]) > SMALL_SLICE]
+    small_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), small, options.event_rounds)
+    large_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), large, options.event_rounds)
     judged_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), judged, options.event_rounds)
     allocated = [c for c in dra_world.claims if (c.get("status") or {}).get("allocation")]
     claims = claim_events(rng.sample(allocated, min(options.event_objects, len(allocated))))
@@ -139,6 +146,18 @@ def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
         ),
         _event_row("ResourceSlice event, republished unchanged", same_seconds, pod_seconds, slice_loads),
         _event_row("ResourceSlice event, a GPU gone or back", changed_seconds, pod_seconds, slice_loads),
+        _event_row(
+            f"  of which slices of at most {SMALL_SLICE} devices (passthrough nodes)",
+            small_seconds,
+            pod_seconds,
+            loads_time(_texts(small), options.event_rounds),
+        ),
+        _event_row(
+            f"  of which slices of more than {SMALL_SLICE} devices (vGPU nodes: 32 to 64)",
+            large_seconds,
+            pod_seconds,
+            loads_time(_texts(large), options.event_rounds),
+        ),
         Row(
             f"  ResourceSlice event, a GPU's attributes changed: judged by {len(dra_world.device_classes)} "
             "DeviceClasses of its driver",

@@ -56,6 +56,7 @@ ObjKey = Hashable
 ATTRIBUTE_TYPES: Final = ("int", "bool", "string", "version")
 _MAPPING: Final = (dict, Mapping)
 _EMPTY: Final[Mapping[str, int]] = {}
+_NO_DEVICES: Final[frozenset[DeviceId]] = frozenset()
 # At most this many devices that went are remembered with what was decided for them.
 GONE_MEMO_LIMIT: Final = 4_096
 # A first selector ``device.driver == "<name>"`` (alone, or before ``&&``): the class selects only that
@@ -231,20 +232,28 @@ class DraInventory:
         """Make the pool's current devices those of its slices of the newest generation."""
         keys = self._pools.get(pool) or set()
         slices = [self._slices[k] for k in keys]
-        newest = max((s.generation for s in slices), default=0)
+        newest = max((s.generation for s in slices), default=0) if len(slices) > 1 else 0
         current: dict[DeviceId, tuple[str, Mapping[str, Any]]] = {}  # device -> (node, raw)
+        driver, pool_name = pool
         for slice_ in slices:
-            if slice_.generation != newest or not slice_.node:
+            node = slice_.node
+            if (newest and slice_.generation != newest) or not node:
                 continue
-            for device_id, raw in _slice_devices(slice_):
-                current[device_id] = (slice_.node, raw)
+            for device in slice_.spec.get("devices") or ():
+                name = device.get("name") if isinstance(device, _MAPPING) else None
+                if name:
+                    current[(driver, pool_name, str(name))] = (node, device)
         if not keys:
             self._pools.pop(pool, None)
-        before = self._pool_devices.pop(pool, frozenset())
-        if current:
-            self._pool_devices[pool] = frozenset(current)
+        before = self._pool_devices.get(pool, _NO_DEVICES)
+        same_devices = current.keys() == before
+        if not same_devices:
+            if current:
+                self._pool_devices[pool] = frozenset(current)
+            else:
+                self._pool_devices.pop(pool, None)
         changed = False
-        for device_id in before - current.keys():
+        for device_id in () if same_devices else before - current.keys():
             gone = self._devices.pop(device_id)
             self._account(device_id, gone, -1)
             self._remember(device_id, gone)
@@ -352,13 +361,6 @@ def allocated_devices(claim: Mapping[str, Any]) -> frozenset[DeviceId]:
         for r in results
         if isinstance(r, _MAPPING)
     )
-
-
-def _slice_devices(slice_: _Slice) -> Iterator[tuple[DeviceId, Mapping[str, Any]]]:
-    driver, pool = slice_.pool
-    for device in slice_.spec.get("devices") or ():
-        if isinstance(device, _MAPPING) and device.get("name"):
-            yield (driver, pool, str(device["name"])), device
 
 
 def device_variable_of(driver: str, device: Mapping[str, Any]) -> Mapping[str, Any]:
