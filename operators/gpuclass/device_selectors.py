@@ -22,8 +22,10 @@ Deliberately differs from the scheduler: where the scheduler meets a runtime err
 some device, it fails the claim's whole allocation attempt; here only that device is not counted
 (a class whose selector errors on every device counts 0, which is what the tenant then gets). A
 version attribute compared with ``==`` against a plain string is ``false`` here, where Kubernetes'
-type check refuses the expression. Cost limits are not applied (the API server applied them when
-the DeviceClass was written).
+type check refuses the expression. Kubernetes' other CEL libraries (string extensions such as
+``lowerAscii``, lists, sets, IP and CIDR) are not registered: a selector calling one errs on every
+device, so its class selects nothing. Cost limits are not applied (the API server applied them
+when the DeviceClass was written).
 
 Does not: read a ResourceSlice (``dra`` does), or keep any state between calls but the compiled
 programs.
