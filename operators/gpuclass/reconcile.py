@@ -5,6 +5,12 @@ Decides, per live class C with resource R (the rules of the design, in one place
 * ownership: the oldest live class by ``(creationTimestamp, name)`` owns R; every other live class
   with R gets ``ResourceNameConflict=True`` naming the owner and offers 0 units. Deleting the owner
   hands R to the next class in the same pass, which is why every class is decided together.
+* a class of DRA devices (``spec.deviceClassName`` D instead of ``resourceName``; exactly one of
+  the two, or no decision) is decided by the same rules with R = ``DeviceClass/D`` (never a valid
+  resource name), a node's ``alloc`` the devices of its ResourceSlices that D selects and ``req``
+  those of them ResourceClaims hold (``dra.DraInventory``); D missing is ``Ready=False`` /
+  ``DeviceClassNotFound``; KubeVirt permits it by its ``GPUsWithDRA`` feature gate, never by
+  ``permittedHostDevices``.
 * ``KubeVirtPermitted`` from the KubeVirt view; it never changes units or figures.
 * free units: ``free(N) = max(0, alloc(N) - req(N))`` summed (and maxed) over the nodes eligible for
   C that advertise R. ``Ready`` is True when there is no conflict, R is permitted and an eligible

@@ -8,9 +8,10 @@ and memory partly taken by pods and claims already bound, and nodes not ready (w
 node lifecycle controller adds), cordoned, tainted for GPUs (the class tolerates it) or for
 something else (it does not). The pure core decides the class's ``fits`` for one VM shape from the
 objects as the API returns them; then ``fits + 1`` pods shaped as that VM's virt-launcher are
-created (for DRA, each with a ResourceClaim of ``count: units`` from the DeviceClass), and the
-scheduler must bind exactly ``fits`` of them and find no node for the last. Any disagreement fails,
-whichever side is wrong.
+created (for DRA, each with a ResourceClaim of ``count: units`` from the DeviceClass, or, in every
+other DRA world, asking by the DeviceClass's ``extendedResourceName`` (KEP-5004: the scheduler makes
+the claim)), and the scheduler must bind exactly ``fits`` of them and find no node for the last.
+Any disagreement fails, whichever side is wrong.
 
 ``GPUCLASS_AGREEMENT_WORLDS`` sets the number of worlds (30 by default, as ``make test`` runs it;
 500 for the longer run in docs/development.md), ``GPUCLASS_AGREEMENT_SEED`` the first seed.
@@ -51,6 +52,7 @@ SCHEDULER_NAME: Final = "gpuclass-agreement"
 RESOURCE: Final = "nvidia.com/AGREEMENT_H200"
 DRIVER: Final = "gpu.agreement.cozystack.io"
 DEVICE_CLASS: Final = "agreement-h200"
+EXTENDED_RESOURCE: Final = "agreement.cozystack.io/h200"
 WORLD_LABEL: Final = "agreement.gpu.cozystack.io/world"
 ROLE_LABEL: Final = "agreement.gpu.cozystack.io/role"
 NOT_READY_TAINT: Final = taint("node.kubernetes.io/not-ready", "NoSchedule")
@@ -83,6 +85,7 @@ class WorldPlan:
     dra: bool  # the class counted: DRA devices, else the device plugin's resource
     nodes: tuple[NodePlan, ...]
     shape: dict[str, Any]
+    by_extended_name: bool = False  # DRA: the VMs ask by the DeviceClass's extendedResourceName
 
 
 def plan(seed: int) -> WorldPlan:
@@ -115,7 +118,7 @@ def plan(seed: int) -> WorldPlan:
         shape["cpu"] = f"{rng.choice((500, 1000, 2000, 3000, 4000, 8000))}m"
     if rng.random() < 0.7:
         shape["memory"] = f"{rng.choice((1, 2, 8, 16, 32))}Gi"
-    return WorldPlan(seed, counted_dra, tuple(nodes), shape)
+    return WorldPlan(seed, counted_dra, tuple(nodes), shape, counted_dra and seed % 4 == 0)
 
 
 # --- the scheduler ------------------------------------------------------------------------------
@@ -183,7 +186,10 @@ async def device_class(kube: Kube) -> AsyncIterator[None]:
                         f'device.attributes["{DRIVER}"].productName == "H200"'
                     }
                 }
-            ]
+            ],
+            # Pods may ask for these devices by this name too (KEP-5004): the scheduler then makes
+            # the claim itself. Never in any node's allocatable here.
+            "extendedResourceName": EXTENDED_RESOURCE,
         },
     }
     with contextlib.suppress(ApiError):
@@ -359,7 +365,10 @@ async def start_vms(kube: Kube, namespace: str, world: WorldPlan, count: int) ->
     }
     for index in range(count):
         name = f"vm-{world.seed}-{index}"
-        if world.dra:
+        if world.by_extended_name:  # no claim: the scheduler makes one from the DeviceClass
+            gpus = {EXTENDED_RESOURCE: str(shape.units)}
+            await kube.create(PODS.path(namespace), pod_body(name, labels, spec, {**requests, **gpus}, gpus))
+        elif world.dra:
             await kube.create(RESOURCE_CLAIMS.path(namespace), claim_body(name, labels, shape.units))
             await kube.create(PODS.path(namespace), pod_body(name, labels, spec, requests, {}, claim=name))
         else:
@@ -388,11 +397,18 @@ async def settled(kube: Kube, namespace: str, world: WorldPlan, count: int) -> t
 
 
 async def clear(kube: Kube, namespace: str, world: WorldPlan) -> None:
-    """Remove the world: pods at once (no kubelet), claims without the scheduler's finalizer."""
+    """Remove the world: pods at once (no kubelet), claims without the scheduler's finalizer (the
+    ones it made for pods that asked by the extended name too: they carry no label of ours)."""
     selector = f"{WORLD_LABEL}={world.seed}"
-    for pod in (await kube.list(PODS.path(namespace), label_selector=selector))["items"]:
+    pods = (await kube.list(PODS.path(namespace), label_selector=selector))["items"]
+    for pod in pods:
         await kube.delete(PODS.path(namespace, pod["metadata"]["name"]), grace_period_seconds=0)
-    for claim in (await kube.list(RESOURCE_CLAIMS.path(namespace), label_selector=selector))["items"]:
+    uids = {pod["metadata"]["uid"] for pod in pods}
+    for claim in (await kube.list(RESOURCE_CLAIMS.path(namespace)))["items"]:
+        owners = {o.get("uid") for o in claim["metadata"].get("ownerReferences") or ()}
+        labelled = (claim["metadata"].get("labels") or {}).get(WORLD_LABEL) == str(world.seed)
+        if not labelled and not owners & uids:
+            continue
         path = RESOURCE_CLAIMS.path(namespace, claim["metadata"]["name"])
         with contextlib.suppress(ApiError):
             await kube.patch(path, {"metadata": {"finalizers": None}}, kind="merge")
@@ -409,7 +425,7 @@ async def test_the_scheduler_binds_exactly_fits_vms_and_no_more(
 ) -> None:
     started = time.monotonic()
     disagreements: list[str] = []
-    counted = {"fit": 0, "zero": 0, "dra": 0, "vms": 0}
+    counted = {"fit": 0, "zero": 0, "dra": 0, "by_extended_name": 0, "vms": 0, "vms_by_extended_name": 0}
     for seed in range(FIRST_SEED, FIRST_SEED + WORLDS):
         world = plan(seed)
         await build(kube, namespace, world)
@@ -421,6 +437,8 @@ async def test_the_scheduler_binds_exactly_fits_vms_and_no_more(
                 disagreements.append(f"seed {seed}: fits {expected}, the scheduler bound {bound}: {world}")
             counted["fit" if expected else "zero"] += 1
             counted["dra"] += world.dra
+            counted["by_extended_name"] += world.by_extended_name
+            counted["vms_by_extended_name"] += expected if world.by_extended_name else 0
             counted["vms"] += expected
         finally:
             await clear(kube, namespace, world)
