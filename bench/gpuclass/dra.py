@@ -14,8 +14,11 @@ Measures, in one run:
 * one event of each kind into the aggregates, the mean over rounds that leave them as found:
   a Pod event (status changes, half of the running GPU VMs stopping and starting again); a
   ResourceSlice republished unchanged (new resourceVersion: most slice events); a ResourceSlice whose
-  devices changed (one GPU gone, then back: its selectors evaluated again); a ResourceClaim
-  deallocated and allocated again; each against ``json.loads`` of the very same events.
+  devices changed (one GPU gone, then back: its selectors evaluated again); a vGPU node's slice of
+  64 devices republished under a new pool generation, no device changed; a ResourceClaim
+  deallocated and allocated again; each against ``json.loads`` of the very same events;
+* the least any exact diff of a slice's devices reads: dict equality of a 64-device event's
+  devices with those stored when it comes (a baseline, like ``json.loads``).
 
 The pass must decide the same with the events' reversals done (asserted).
 """
@@ -44,6 +47,7 @@ PASS_TARGET_SECONDS = 20e-3
 GPU_DRIVER = "gpu.nvidia.com"
 # A slice of at most this many devices is a passthrough node's (the vGPU nodes' hold 32 to 64).
 SMALL_SLICE = 9
+VGPU_SLICE = 64  # the largest vGPU node's devices
 NIC_DRIVER = "nic.example.com"
 # Two shapes per class: a small and a large instance type.
 SHAPES: tuple[Obj, ...] = (
@@ -120,6 +124,9 @@ def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
     small_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), small, options.event_rounds)
     large_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), large, options.event_rounds)
     judged_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), judged, options.event_rounds)
+    renewed = renewed_events([s for s in gpu_slices if len(s["spec"]["devices"]) == VGPU_SLICE][: len(large)])
+    renewed_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), renewed, options.event_rounds)
+    equality_seconds = _equality_time(renewed, options.event_rounds)
     allocated = [c for c in dra_world.claims if (c.get("status") or {}).get("allocation")]
     claims = claim_events(rng.sample(allocated, min(options.event_objects, len(allocated))))
     claim_seconds = _time(lambda e: dra.upsert_claim(_key(e), e), claims, options.event_rounds)
@@ -158,6 +165,12 @@ def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
             pod_seconds,
             loads_time(_texts(large), options.event_rounds),
         ),
+        _event_row(
+            f"  ResourceSlice event, {VGPU_SLICE} devices: a new pool generation, no device changed",
+            renewed_seconds,
+            pod_seconds,
+            loads_time(_texts(renewed), options.event_rounds),
+        ),
         Row(
             f"  ResourceSlice event, a GPU's attributes changed: judged by {len(dra_world.device_classes)} "
             "DeviceClasses of its driver",
@@ -170,6 +183,11 @@ def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
         Row("baseline: json.loads of one pod event", seconds(pod_loads)),
         Row("baseline: json.loads of one ResourceSlice event", seconds(slice_loads)),
         Row("baseline: json.loads of one ResourceClaim event", seconds(claim_loads)),
+        Row(
+            f"baseline: dict equality of a {VGPU_SLICE}-device slice's devices with the stored ones",
+            seconds(equality_seconds),
+            ratio=f"this ÷ a pod event = {times(equality_seconds / pod_seconds)}: what an exact diff reads",
+        ),
     ]
     notes = [
         f"dra world: {len(dra_world.slices):,} ResourceSlices, {len(dra_world.claims):,} ResourceClaims "
@@ -349,6 +367,29 @@ def slice_events(slices: Sequence[Obj]) -> tuple[list[Obj], list[Obj], list[Obj]
         judged.append(_bumped(slice_, 5, upgraded, generation=4))
         judged.append(_bumped(slice_, 6, copy.deepcopy(spec), generation=5))
     return same, changed, judged
+
+
+def renewed_events(slices: Sequence[Obj]) -> list[Obj]:
+    """For each slice: republished under a new pool generation, then the old one again; every device
+    as it was (a spec change that changes no device)."""
+    events: list[Obj] = []
+    for slice_ in slices:
+        for generation, pool_generation in ((6, 2), (7, 1)):
+            spec = copy.deepcopy(slice_["spec"])
+            spec["pool"]["generation"] = pool_generation
+            events.append(_bumped(slice_, generation, spec, generation=generation))
+    return events
+
+
+def _equality_time(events: Sequence[Obj], rounds: int) -> float:
+    """Dict equality of each event's devices with those of the event before it of the same slice."""
+    pairs = [(e["spec"]["devices"], events[i ^ 1]["spec"]["devices"]) for i, e in enumerate(events)]
+
+    def one_round() -> None:
+        for new, stored in pairs:
+            _ = new == stored
+
+    return median_time(one_round, rounds)[0] / len(pairs)
 
 
 def claim_events(claims: Sequence[Obj]) -> list[Obj]:

@@ -10,7 +10,10 @@ returns them, one watch event at a time and without rescans:
   device is known by (driver, pool, device name);
 * **which devices a DeviceClass selects**: the driver's devices for which every CEL selector of the
   class is true (``device_selectors``; compiled once per DeviceClass spec). A selection is decided
-  when a device appears or changes, or when its DeviceClass changes, never in a pass;
+  when a device appears or changes, or when its DeviceClass changes, never in a pass: a new version
+  of a slice has each device compared with the stored one (dict equality: in the list's order when
+  only its end changed, else by name), and only a device new, changed or moved to another node is
+  judged again, the others keeping their verdicts;
 * **which devices are allocated**: every device a ResourceClaim's ``status.allocation.devices
   .results`` names (a device named by two claims counts once: it is taken either way). A claim of a
   pod that asked by a DeviceClass's ``extendedResourceName`` (KEP-5004) is such a claim too, so a
@@ -33,9 +36,11 @@ once per spec).
 from __future__ import annotations
 
 import logging
+import operator
 import re
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
+from itertools import compress, islice
 from typing import Any, Final
 
 from operators.gpuclass.device_selectors import (
@@ -56,7 +61,11 @@ ObjKey = Hashable
 ATTRIBUTE_TYPES: Final = ("int", "bool", "string", "version")
 _MAPPING: Final = (dict, Mapping)
 _EMPTY: Final[Mapping[str, int]] = {}
-_NO_DEVICES: Final[frozenset[DeviceId]] = frozenset()
+# A pool's devices anew: (name -> device, their node or nodes by name, names new or changed, names gone).
+_Diff = tuple[dict[str, Mapping[str, Any]], str | dict[str, str], list[str], list[str]]
+_NO_POOL: Final[tuple[str, Mapping[str, Mapping[str, Any]]]] = ("", {})
+_STR: Final = frozenset({str})
+_NAME: Final = operator.itemgetter("name")
 # At most this many devices that went are remembered with what was decided for them.
 GONE_MEMO_LIMIT: Final = 4_096
 # A first selector ``device.driver == "<name>"`` (alone, or before ``&&``): the class selects only that
@@ -85,8 +94,7 @@ class _Slice:
 @dataclass(slots=True)
 class _Device:
     node: str
-    raw: Mapping[str, Any]  # the device as the slice lists it: an equal one is the same device
-    selected: frozenset[str] = field(default_factory=frozenset)  # DeviceClass names
+    selected: frozenset[str]  # DeviceClass names
 
 
 @dataclass(slots=True)
@@ -104,7 +112,8 @@ class DraInventory:
         self._slices: dict[ObjKey, _Slice] = {}
         self._pools: dict[tuple[str, str], set[ObjKey]] = {}  # pool -> its slices' keys
         self._devices: dict[DeviceId, _Device] = {}  # the devices of every pool's newest generation
-        self._pool_devices: dict[tuple[str, str], frozenset[DeviceId]] = {}
+        # pool -> (the node of all its devices, "" when several; device name -> the device as listed)
+        self._pool_devices: dict[tuple[str, str], tuple[str, dict[str, Mapping[str, Any]]]] = {}
         self._classes: dict[str, _Class] = {}
         self._claims: dict[ObjKey, frozenset[DeviceId]] = {}  # claims holding some device
         self._holders: dict[DeviceId, int] = {}  # device -> how many claims hold it (> 0)
@@ -229,68 +238,74 @@ class DraInventory:
     # --- internals -------------------------------------------------------------------------------
 
     def _refresh_pool(self, pool: tuple[str, str]) -> bool:
-        """Make the pool's current devices those of its slices of the newest generation."""
+        """Make the pool's current devices those of its slices of the newest generation. Only a device
+        that is new, moved to another node or not equal to the stored one is judged again; the others
+        keep their verdicts (one dict equality each, at C speed)."""
         keys = self._pools.get(pool) or set()
-        slices = [self._slices[k] for k in keys]
-        newest = max((s.generation for s in slices), default=0) if len(slices) > 1 else 0
-        current: dict[DeviceId, tuple[str, Mapping[str, Any]]] = {}  # device -> (node, raw)
-        driver, pool_name = pool
-        for slice_ in slices:
-            node = slice_.node
-            if (newest and slice_.generation != newest) or not node:
-                continue
-            for device in slice_.spec.get("devices") or ():
-                name = device.get("name") if isinstance(device, _MAPPING) else None
-                if name:
-                    current[(driver, pool_name, str(name))] = (node, device)
         if not keys:
             self._pools.pop(pool, None)
-        before = self._pool_devices.get(pool, _NO_DEVICES)
-        same_devices = current.keys() == before
-        if not same_devices:
-            if current:
-                self._pool_devices[pool] = frozenset(current)
-            else:
-                self._pool_devices.pop(pool, None)
-        changed = False
-        for device_id in () if same_devices else before - current.keys():
-            gone = self._devices.pop(device_id)
-            self._account(device_id, gone, -1)
-            self._remember(device_id, gone)
-            changed = True
-        devices = self._devices
-        for device_id, (node, raw) in current.items():
-            known = devices.get(device_id)
-            if known is not None and known.node == node and (known.raw is raw or known.raw == raw):
-                continue  # the same device (a republished slice, a new pool generation): no CEL
-            if known is not None:
-                self._account(device_id, known, -1)
-            device = _Device(node, raw)
-            device.selected = self._select(device_id, device)
-            self._devices[device_id] = device
-            self._account(device_id, device, +1)
-            changed = True
-        return changed
+        counted = self._counted_slices(keys)
+        before_node, before = self._pool_devices.get(pool, _NO_POOL)
+        diff = _in_order(before, before_node, counted) or _by_name(before, before_node, counted)
+        raws, nodes, changed, gone = diff
+        if raws:
+            self._pool_devices[pool] = (nodes if isinstance(nodes, str) else "", raws)
+        else:
+            self._pool_devices.pop(pool, None)
+        driver, pool_name = pool
+        for name in gone:
+            self._drop((driver, pool_name, name), before[name])
+        judged = False
+        for name in changed:
+            node = nodes if isinstance(nodes, str) else nodes[name]
+            judged = self._judge((driver, pool_name, name), node, raws[name], before.get(name)) or judged
+        return judged or bool(gone)
 
-    def _select(self, device_id: DeviceId, device: _Device) -> frozenset[str]:
+    def _counted_slices(self, keys: set[ObjKey]) -> list[_Slice]:
+        """The slices whose devices count: those tied to a node, of the pool's newest generation."""
+        slices = [self._slices[k] for k in keys]
+        newest = max((s.generation for s in slices), default=0) if len(slices) > 1 else 0
+        return [s for s in slices if s.node and not (newest and s.generation != newest)]
+
+    def _judge(
+        self, device_id: DeviceId, node: str, raw: Mapping[str, Any], stored: Mapping[str, Any] | None
+    ) -> bool:
+        """Account a device that is new, moved or changed; one equal to the stored one on the same node
+        keeps its verdict."""
+        known = self._devices.get(device_id)
+        if known is not None and known.node == node and (stored is raw or stored == raw):
+            return False  # the same device (a republished slice, a new pool generation): no CEL
+        if known is not None:
+            self._account(device_id, known, -1)
+        device = _Device(node, self._select(device_id, raw))
+        self._devices[device_id] = device
+        self._account(device_id, device, +1)
+        return True
+
+    def _drop(self, device_id: DeviceId, raw: Mapping[str, Any]) -> None:
+        gone = self._devices.pop(device_id)
+        self._account(device_id, gone, -1)
+        self._remember(device_id, raw, gone.selected)
+
+    def _select(self, device_id: DeviceId, raw: Mapping[str, Any]) -> frozenset[str]:
         """The classes selecting a new or changed device: one conversion into CEL values, then every
         class's programs (those naming another driver skip it); a device that went and came back
         unchanged, with no DeviceClass changed meanwhile, keeps what was decided for it."""
         gone = self._gone.pop(device_id, None)
-        if gone is not None and gone[0] == self._class_epoch and gone[1] == device.raw:
+        if gone is not None and gone[0] == self._class_epoch and gone[1] == raw:
             return gone[2]
         driver = device_id[0]
         candidates = [(n, c) for n, c in self._classes.items() if c.driver in ("", driver)]
         if not candidates:
             return frozenset()
-        context = device_context(device_variable_of(driver, device.raw))
+        context = device_context(device_variable_of(driver, raw))
         return frozenset(name for name, cls in candidates if cls.selector.selects(context))
 
-    def _remember(self, device_id: DeviceId, device: _Device) -> None:
+    def _remember(self, device_id: DeviceId, raw: Mapping[str, Any], selected: frozenset[str]) -> None:
         """Keep what was decided for a device that went (bounded): it often comes back as it was."""
         if len(self._gone) >= GONE_MEMO_LIMIT:
             del self._gone[next(iter(self._gone))]
-        self._gone[device_id] = (self._class_epoch, device.raw, device.selected)
+        self._gone[device_id] = (self._class_epoch, raw, selected)
 
     def _reselect_all(self, name: str) -> None:
         self._class_epoch += 1
@@ -300,7 +315,7 @@ class DraInventory:
             selects = (
                 known is not None
                 and known.driver in ("", device_id[0])
-                and known.selector.selects(device_variable_of(device_id[0], device.raw))
+                and known.selector.selects(device_variable_of(device_id[0], self._raw(device_id)))
             )
             if selects == (name in device.selected):
                 continue
@@ -310,6 +325,10 @@ class DraInventory:
             if held:
                 _add(self._allocated, name, device.node, sign)
             device.selected = device.selected | {name} if selects else device.selected - {name}
+
+    def _raw(self, device_id: DeviceId) -> Mapping[str, Any]:
+        driver, pool, name = device_id
+        return self._pool_devices[(driver, pool)][1][name]
 
     def _account(self, device_id: DeviceId, device: _Device, sign: int) -> None:
         held = self._holders.get(device_id, 0) > 0
@@ -379,6 +398,73 @@ def device_variable_of(driver: str, device: Mapping[str, Any]) -> Mapping[str, A
             domain, name = _split(qualified, driver)
             capacity.setdefault(domain, {})[name] = converted_quantity
     return device_variable(driver, attributes, capacity)
+
+
+def _device_raws(slices: list[_Slice]) -> tuple[dict[str, Mapping[str, Any]], str | dict[str, str]]:
+    """Device name -> the device as its slice lists it (a later slice's wins), and the node of every
+    device: one node when all the slices share it ("" without slices), else by device name."""
+    if len(slices) == 1:
+        return _named_devices(slices[0].spec.get("devices")), slices[0].node
+    raws: dict[str, Mapping[str, Any]] = {}
+    if len({s.node for s in slices}) <= 1:
+        for slice_ in slices:
+            raws.update(_named_devices(slice_.spec.get("devices")))
+        return raws, slices[0].node if slices else ""
+    nodes: dict[str, str] = {}
+    for slice_ in slices:
+        named = _named_devices(slice_.spec.get("devices"))
+        raws.update(named)
+        nodes.update(dict.fromkeys(named, slice_.node))
+    return raws, nodes
+
+
+def _in_order(before: Mapping[str, Mapping[str, Any]], node: str, slices: list[_Slice]) -> _Diff | None:
+    """When the pool's one slice, on the node of the stored devices, lists them in their order (equal
+    dicts) but for devices added at its end or gone from it: the diff, the devices in step not even
+    named; else None."""
+    if len(slices) != 1 or slices[0].node != node or not before:
+        return None
+    devices = slices[0].spec.get("devices")
+    if type(devices) is not list or any(map(operator.ne, before.values(), devices)):
+        return None
+    raws = dict(zip(before, devices, strict=False))  # the devices in step: their names are the stored ones
+    added = _named_devices(devices[len(raws) :])
+    changed = [name for name, device in added.items() if raws.get(name) != device]
+    raws.update(added)
+    return raws, node, changed, list(islice(before, len(devices), None))
+
+
+def _by_name(before: Mapping[str, Mapping[str, Any]], node: str, slices: list[_Slice]) -> _Diff:
+    """The diff of every device of the slices with the stored one of its name."""
+    raws, nodes = _device_raws(slices)
+    # All on the node they were on: only unequal devices can change; else each one is looked at.
+    changed = _unequal(before, raws) if isinstance(nodes, str) and nodes == node else list(raws)
+    gone = list(before.keys() - raws.keys()) if changed or len(before) != len(raws) else []
+    return raws, nodes, changed, gone
+
+
+def _named_devices(devices: Any) -> dict[str, Mapping[str, Any]]:
+    """Name -> device of a slice's device list, entries without a name skipped; at C speed when every
+    entry is a mapping with a non-empty string name (as the API server's validation makes them)."""
+    devices = devices or ()
+    try:
+        named = dict(zip(map(_NAME, devices), devices, strict=True))  # a later same name wins
+    except (TypeError, KeyError):
+        named = {}
+    else:
+        if set(map(type, named)) <= _STR and "" not in named:
+            return named
+        named.clear()
+    for device in devices:
+        name = device.get("name") if isinstance(device, _MAPPING) else None
+        if name:
+            named[str(name)] = device
+    return named
+
+
+def _unequal(before: Mapping[str, Mapping[str, Any]], raws: dict[str, Mapping[str, Any]]) -> list[str]:
+    """The names whose device is not in ``before`` or not equal to it there (C-speed dict equality)."""
+    return list(compress(raws, map(operator.ne, map(before.get, raws), raws.values())))
 
 
 def _attribute(value: object) -> object | None:

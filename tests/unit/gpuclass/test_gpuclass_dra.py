@@ -8,6 +8,7 @@ from typing import Any
 
 import pytest
 
+import operators.gpuclass.dra as dra_module
 from operators.gpuclass import reasons
 from operators.gpuclass.device_selectors import Selector
 from operators.gpuclass.dra import DraInventory, allocated_devices, device_variable_of, required_driver
@@ -328,3 +329,79 @@ def test_a_device_that_comes_back_keeps_its_selection_unless_a_class_changed_mea
     dra.upsert_class(make_device_class("h200", 'device.attributes["gpu.nvidia.com"].index < 3'))
     dra.upsert_slice(("", "n1"), make_slice("n1", "n1", four))  # back, but judged again
     assert dra.selected_on("h200")["n1"] == 3
+
+
+# --- a new version of a slice: only the devices that changed are judged again ---------------------
+
+
+def judged_devices(monkeypatch: pytest.MonkeyPatch) -> list[str]:
+    """The names of the devices shown to the selectors from now on."""
+    judged: list[str] = []
+    convert = dra_module.device_variable_of
+
+    def spy(driver: str, device: Mapping[str, Any]) -> Mapping[str, Any]:
+        judged.append(device["name"])
+        return convert(driver, device)
+
+    monkeypatch.setattr(dra_module, "device_variable_of", spy)
+    return judged
+
+
+def test_an_unchanged_device_keeps_its_verdict_without_being_judged(monkeypatch: pytest.MonkeyPatch) -> None:
+    dra = h200_world()
+    judged = judged_devices(monkeypatch)
+    again = make_slice("n1", "n1", [gpu_device(f"gpu-{i}") for i in range(4)], generation=2)
+    assert not dra.upsert_slice(("", "n1"), again)  # a new pool generation, the same devices
+    assert judged == []
+    assert dra.selected_on("h200") == {"n1": 4, "n2": 1}
+
+
+def test_a_changed_device_alone_is_judged_again(monkeypatch: pytest.MonkeyPatch) -> None:
+    dra = h200_world()
+    judged = judged_devices(monkeypatch)
+    devices = [gpu_device(f"gpu-{i}") for i in range(4)]
+    devices[2] = gpu_device("gpu-2", "L40S")
+    assert dra.upsert_slice(("", "n1"), make_slice("n1", "n1", devices, spec_generation=2))
+    assert judged == ["gpu-2"]
+    assert dra.selected_on("h200") == {"n1": 3, "n2": 1}
+    assert dra.selected_on("l40s") == {"n1": 1, "n2": 1}
+
+
+def test_a_removed_device_is_dropped_with_its_allocation() -> None:
+    dra = h200_world()
+    dra.upsert_claim(("t", "a"), make_claim("a", "h200", allocated=[("n1", "gpu-3")]))
+    assert dra.allocated_on("h200") == {"n1": 1}
+    assert dra.upsert_slice(("", "n1"), make_slice("n1", "n1", [gpu_device(f"gpu-{i}") for i in range(3)]))
+    assert (dra.selected_on("h200"), dra.allocated_on("h200")) == ({"n1": 3, "n2": 1}, {})
+    assert (GPU_DRIVER, "n1", "gpu-3") not in {device for device, _, _ in dra.devices()}
+
+
+def test_a_device_moving_to_another_node_is_counted_there() -> None:
+    dra = DraInventory()
+    dra.upsert_class(make_device_class("h200", H200_SELECTOR))
+    dra.upsert_slice(("", "a"), make_slice("a", "n1", [gpu_device("gpu-0"), gpu_device("gpu-1")], pool="p"))
+    dra.upsert_slice(("", "b"), make_slice("b", "n2", [gpu_device("gpu-2")], pool="p"))
+    assert dra.selected_on("h200") == {"n1": 2, "n2": 1}
+    dra.upsert_slice(("", "a"), make_slice("a", "n1", [gpu_device("gpu-0")], pool="p"))
+    assert dra.upsert_slice(
+        ("", "b"), make_slice("b", "n2", [gpu_device("gpu-2"), gpu_device("gpu-1")], pool="p")
+    )
+    assert dra.selected_on("h200") == {"n1": 1, "n2": 2}
+    dra.delete_slice(("", "b"))
+    assert dra.upsert_slice(("", "a"), make_slice("a", "n3", [gpu_device("gpu-0")], pool="p"))  # its node
+    assert dra.selected_on("h200") == {"n3": 1}
+
+
+def test_entries_without_a_string_name_are_skipped_or_named_by_their_text() -> None:
+    dra = DraInventory()
+    dra.upsert_class(make_device_class("h200", H200_SELECTOR))
+    slice_ = make_slice("n1", "n1", [])
+    slice_["spec"]["devices"] = [
+        gpu_device("gpu-0"),
+        {"attributes": {}},
+        "junk",
+        {**gpu_device("gpu-1"), "name": 7},
+    ]
+    dra.upsert_slice(("", "n1"), slice_)
+    assert {name for (_, _, name), _, _ in dra.devices()} == {"gpu-0", "7"}
+    assert dra.selected_on("h200") == {"n1": 2}
