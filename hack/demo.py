@@ -386,6 +386,10 @@ async def show(
     kubectl(cluster, "get", "endpointattachments", "-n", TENANT)
     print(f"\n$ kubectl get ipaddressclaims -n {TENANT}")
     kubectl(cluster, "get", "ipaddressclaims", "-n", TENANT)
+    for name in ("db-public", "vm1-whole"):  # what the operator did; what it refused, and why
+        print(f"\n$ kubectl describe endpointattachment {name} -n {TENANT}   # ... its Events:")
+        described = kubectl(cluster, "describe", "endpointattachment", name, "-n", TENANT, capture=True)
+        print(described[described.find("Events:") :].rstrip())
 
     print(f"\n{bar}\nWHAT A HOSTER SEES\n{bar}")
     print("Why each GPU class that is not Ready, and each attachment that is not Provisioned, is not:")

@@ -10,8 +10,8 @@ Decides: the glue, and only the glue.
   its ``associatedTo`` came, went or moved, and never the attachment whose Service it names; a class
   wakes those of its claims; a Service wakes the attachments whose endpoint it is and those whose
   claim it names (a rival user of the claim), and our rendered one its attachment (``owns``), unless
-  only the driver's pin or a write's bookkeeping changed (``service_reading_changed``); the
-  substrate's CRDs becoming
+  only the driver's pin (the address annotation and its marker) or a write's bookkeeping changed
+  (``service_reading_changed``); the substrate's CRDs becoming
   served (or not) wake every attachment; Pods, EndpointSlices and proxied Services wake only the
   VM-mode attachments, and v1 Endpoints only the attachment whose rendered Service they are of; a
   HelmRelease wakes the attachments naming its application. The runtime drops the echo of our own
@@ -21,8 +21,9 @@ Decides: the glue, and only the glue.
   application and its lineage labels) in one patch, a minted claim (then decides again at once: the
   write's answer is already in the cache), surplus claims and Services of ours deleted, the Service
   created, patched or deleted, the one ``PROGRAMMED_ANNOTATION`` touch, and the status. The pass
-  that mints the claim or creates the Service holds the status back (``STATUS_HOLD_SECONDS``) while
-  it only waits for the substrate's or the load balancer's answer: the answer usually comes first
+  that mints the claim, creates the Service or puts back its withdrawn backends (``Plan.restoring``)
+  holds the status back (``STATUS_HOLD_SECONDS``) while it only waits for the substrate's, the load
+  balancer's or the endpoints controllers' answer: the answer usually comes first
   and the pass it wakes writes the status once, Provisioned. A pass never decides while a substrate
   CRD is established but its informer has not listed yet (it looks again in ``CATCH_UP_SECONDS``).
 * the API's refusal of the Service or of a minted claim (400, 403, 422) is remembered per attachment
@@ -63,11 +64,13 @@ from operators.endpointattachment.api import (
     CLASSES,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
     METALLB_IPS_ANNOTATION,
+    PINNED_ANNOTATION,
     PROGRAMMED_ANNOTATION,
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
 from operators.endpointattachment.datapath import programmed_backends, ready_backends, reprogram_token
+from operators.endpointattachment.events import EventNote, minted, rendered, transitions, withdrawn
 from operators.endpointattachment.metrics import WorldCollector
 from operators.endpointattachment.reconcile import (
     HANDOVER_HOLD_MIN_PROVISIONING,
@@ -96,10 +99,11 @@ from operators.endpointattachment.world import (
     labels,
 )
 from shared.conditions import rfc3339
+from shared.events import Recorder
 from shared.kube import ApiError
 from shared.lineage import application_of
 from shared.ownership import sole_controller
-from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, EVENTS_V1, HELMRELEASES, PODS, SERVICES
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import (
     Caches,
@@ -119,14 +123,9 @@ from shared.telemetry.tracing import current_pass
 
 log = logging.getLogger("endpointattachment")
 
-# Our finalizer holds an attachment until its Services are gone. It is written by this operator,
-# never by kopf: kopf only runs the process and has no resource handler, so kopf's own finalizer
-# must merely be another name (KOPF_FINALIZER, which it then never adds).
+# Our finalizer holds an attachment until its Services are gone.
 FINALIZER: Final = "endpointattachment.local.sdn.cozystack.io/finalizer"
 HOLD: Final = Finalizer(FINALIZER, ATTACHMENTS)
-KOPF_FINALIZER: Final = "endpointattachment.operator.cozystack.io/kopf"
-# kopf's annotation prefix: ours alone, never shared with the GPUClass operator or kopf's default.
-STORAGE_PREFIX: Final = "endpointattachment.operator.cozystack.io"
 
 # Rounds of decide-and-apply in one pass before it yields its worker (a mint, then the claim seen).
 MAX_ROUNDS_PER_PASS: Final = 4
@@ -141,6 +140,8 @@ MIN_RECHECK_SECONDS: Final = 0.05
 CATCH_UP_SECONDS: Final = 0.2
 # The names of the substrate's CRDs (a change of one wakes every attachment).
 SUBSTRATE_CRDS: Final = frozenset(crd_name(resource) for resource in SUBSTRATE)
+# Our Events' reportingController (the reportingInstance is the Pod's name).
+REPORTING_CONTROLLER: Final = "cozystack.io/endpointattachment-operator"
 
 
 def _now() -> str:
@@ -220,23 +221,25 @@ def address_reading_changed(old: Obj | None, new: Obj | None) -> bool:
     return address_reading(old) != address_reading(new)
 
 
-# What no pass reads of a Service: the driver's pin (the address MetalLB is to assign; what it did
-# assign, the ingress, is read) and the bookkeeping every write changes.
+# What no pass reads of a Service: the driver's pin and its marker (the address MetalLB is to
+# assign; what it did assign, the ingress, is read) and the bookkeeping every write changes.
 _UNREAD_SERVICE_METADATA: Final = ("resourceVersion", "managedFields", "generation")
+_UNREAD_SERVICE_ANNOTATIONS: Final = frozenset({METALLB_IPS_ANNOTATION, PINNED_ANNOTATION})
 
 
 def service_reading_changed(old: Obj | None, new: Obj | None) -> bool:
     """A Service added or deleted, or changed beyond the substrate driver's pin
-    (``METALLB_IPS_ANNOTATION``) and the bookkeeping of a write: the driver pins our Service once
-    after we create it, and that pass would decide exactly as the one before."""
+    (``METALLB_IPS_ANNOTATION`` and ``PINNED_ANNOTATION``, added by one Update) and the bookkeeping
+    of a write: the driver pins our Service once after we create it, and that pass would decide
+    exactly as the one before."""
     return old is None or new is None or _service_reading(old) != _service_reading(new)
 
 
 def _service_reading(service: Obj) -> Obj:
     metadata = {k: v for k, v in (service.get("metadata") or {}).items() if k not in _UNREAD_SERVICE_METADATA}
     annotations = metadata.get("annotations") or {}
-    if METALLB_IPS_ANNOTATION in annotations:
-        metadata["annotations"] = {k: v for k, v in annotations.items() if k != METALLB_IPS_ANNOTATION}
+    if unread := _UNREAD_SERVICE_ANNOTATIONS.intersection(annotations):
+        metadata["annotations"] = {k: v for k, v in annotations.items() if k not in unread}
     return {**service, "metadata": metadata}
 
 
@@ -372,12 +375,13 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
     ),
     writes=(
         HOLD.writes,  # our finalizer, with the owner reference and lineage labels
-        Write(ATTACHMENTS, ("patch",)),  # the owner reference and lineage labels (kopf's annotations)
+        Write(ATTACHMENTS, ("patch",)),  # the owner reference and lineage labels
         sets_owner_references(ATTACHMENTS),  # that owner reference, where admission enforces it
         blocks_deletion_of(ATTACHMENTS),  # the Service's and the claim's blockOwnerDeletion reference
         Write(ATTACHMENTS, ("patch",), "status"),
         Write(SERVICES, ("create", "patch", "delete")),
         Write(CLAIMS, ("create", "delete")),  # a mint; a surplus mint (a lost create answer)
+        Write(EVENTS_V1, ("create", "patch")),  # Events of transitions; a repeat patches its series
     ),
     caches=CACHES,
     workers=Settings.workers,  # the default: ``build`` applies --workers
@@ -409,8 +413,10 @@ class AttachmentReconciler:
         announce_timeout: float = Settings.announce_timeout_seconds,
         quota_retry: float = Settings.quota_retry_seconds,
         handover_hold: float = Settings.handover_hold_seconds,
+        recorder: Recorder | None = None,
     ) -> None:
         self.world, self.writer, self.clock, self.wall_clock = world, writer, clock, wall_clock
+        self.recorder = recorder  # None: no Events
         self.announce_timeout, self.quota_retry, self.handover_hold = (
             announce_timeout,
             quota_retry,
@@ -425,6 +431,18 @@ class AttachmentReconciler:
     def _forget(self, key: Key) -> None:
         for memory in (self._holding, self._refusals, self._written):
             memory.pop(key, None)
+        if self.recorder is not None:
+            self.recorder.forget(*key)
+
+    async def _record(self, key: Key, *notes: EventNote) -> None:
+        """Record Events about the attachment (best effort: the recorder logs what it cannot post)."""
+        attachment = self.world.attachments.get(key)
+        if self.recorder is None or attachment is None:
+            return
+        for note in notes:
+            await self.recorder.record(
+                attachment, type_=note.type, reason=note.reason, action=note.action, note=note.note
+            )
 
     async def reconcile(self, key: Key) -> Result:
         for _ in range(MAX_ROUNDS_PER_PASS):
@@ -469,26 +487,32 @@ class AttachmentReconciler:
             await self._delete_service(surplus)
         if plan.mint is not None:
             try:
-                await self.writer.create(CLAIMS, plan.mint)
+                claim = await self.writer.create(CLAIMS, plan.mint)
             except ApiError as error:
                 self._refused(key, ServiceAction.MINT, plan.mint, error)
                 return 0.0  # refused (a quota on claims, a policy): the next round reports it
             self._refusals.pop(key, None)
+            await self._record(key, minted(claim))
             self._holding[key] = self.clock() + STATUS_HOLD_SECONDS
             return 0.0
         now = self.clock()
         applied = await self._apply_service(key, plan)
         if applied is _Applied.AGAIN:
             return 0.0  # refused: the next round reports it
-        if applied is _Applied.CREATED:
+        if applied is _Applied.CREATED or plan.restoring:
+            # A new Service, or withdrawn backends put back: the answer (the load balancer's, the
+            # Endpoints') usually comes first, and the pass it wakes writes the status once.
             self._holding[key] = now + STATUS_HOLD_SECONDS
         if plan.programmed is not None and plan.service is not None:
             await self._touch_programmed(plan.service, plan.programmed)
         held = self._held_for(key, plan, now)
         if held is None:
-            await self.writer.patch_status(
-                ATTACHMENTS, attachment, plan.status_patch(attachment.get("status"), _now())
+            stored = attachment.get("status")
+            written = await self.writer.patch_status(
+                ATTACHMENTS, attachment, plan.status_patch(stored, _now())
             )
+            if written is not None:  # a status written (not an unchanged one): its transition's Event
+                await self._record(key, *transitions(stored, plan.provisioned))
         waits = [w for w in (held, plan.recheck_after) if w is not None]
         return max(min(waits), MIN_RECHECK_SECONDS) if waits else None
 
@@ -547,10 +571,11 @@ class AttachmentReconciler:
             return None
         if action is ServiceAction.CREATE:
             try:
-                await self.writer.create(SERVICES, service)
+                created = await self.writer.create(SERVICES, service)
             except ApiError as error:
                 return self._refused(key, action, service, error)
             self._refusals.pop(key, None)
+            await self._record(key, rendered(created, self.world.attachments.get(key) or {}))
             return _Applied.CREATED
         if action is ServiceAction.PATCH and plan.service_patch is not None:
             survivors = self.world.survivors_of(service)
@@ -563,6 +588,7 @@ class AttachmentReconciler:
             self._written[key] = self.wall_clock()
         elif action is ServiceAction.DELETE:
             await self._delete_service(service)
+            await self._record(key, withdrawn(service, plan.provisioned))
         return None
 
     def _refused(self, key: Key, action: ServiceAction, body: Mapping[str, Any], error: ApiError) -> _Applied:
@@ -617,6 +643,7 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
         announce_timeout=settings.announce_timeout_seconds,
         quota_retry=settings.quota_retry_seconds,
         handover_hold=settings.handover_hold_seconds,
+        recorder=Recorder(manager.writer, REPORTING_CONTROLLER),
     )
     manager.add(wiring, attachments)
     registry.register(on_loop(WorldCollector(world)))

@@ -23,7 +23,11 @@ Decides, on every pass:
 - the VM modes (``datapath.admit``), before anything renders: the platform's declaration
   (``DatapathContractUnavailable``), PortList ports without translation (``RenderFailed``), one
   ready backend by the endpoint's EndpointSlices (``MultipleBackends``), exclusivity per selected
-  pod (``BackendAlreadyDelegated`` naming the winner).
+  pod (``BackendAlreadyDelegated`` naming the winner). ``MultipleBackends`` alone (every other rule
+  admits the attachment with no backend counted) keeps a live Service of ours, its selector
+  withdrawn (``datapath.withdrawn_selector``: it selects no pod, so its Endpoints empty and
+  cozy-proxy programs nothing) and its pinned address held; one ready backend again is one patch of
+  the selector (``Plan.restoring``), not a new Service to be pinned and assigned.
 - the rendered Service (only with the claim ``Bound`` and its class observed: the claim's binding and
   the class arrive on separate watches, and a Service created before its class was read would keep
   the wrong ``loadBalancerClass`` for good, so a Bound claim whose class is not seen is
@@ -71,6 +75,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from datetime import datetime
 from enum import StrEnum
+from functools import partial
 from typing import Any, Final
 
 from operators.endpointattachment.api import (
@@ -91,12 +96,14 @@ from operators.endpointattachment.api import (
 from operators.endpointattachment.datapath import (
     ProxiedService,
     admit,
+    is_withdrawn,
     programmed_backends,
     programmed_token,
     rank_of,
     ready_backends,
     selected_pods,
     slice_pods,
+    withdrawn_selector,
 )
 from operators.endpointattachment.endpoint import Resolution, application_ref, resolve
 from operators.endpointattachment.reasons import (
@@ -120,6 +127,7 @@ from operators.endpointattachment.reasons import (
 from operators.endpointattachment.render import (
     RenderSettings,
     immutable_mismatch,
+    no_port_message,
     publish_ports,
     render_claim,
     render_service,
@@ -253,6 +261,9 @@ class Plan:
     finalizing: bool = False
     # Deletion only: our Service is still observed; the finalizer stays until it is gone.
     waits_for_service: bool = False
+    # VM modes: ``service_patch`` puts back the backends withdrawn while MultipleBackends (the glue
+    # holds the status until their Endpoints answer, as after a create).
+    restoring: bool = False
 
     @property
     def provisioned(self) -> Condition | None:
@@ -261,9 +272,14 @@ class Plan:
     @property
     def waits_for_answer(self) -> bool:
         """Everything is in place but another component's answer: the substrate binding the claim
-        just minted, or the load balancer announcing the address."""
+        just minted, the load balancer announcing the address, or (VM modes) the endpoints
+        controllers listing the backend in the Service's Endpoints."""
         found = self.provisioned
-        return found is not None and found.reason in (REASON_WAITING_FOR_ADDRESS, REASON_CLAIM_PENDING)
+        return found is not None and found.reason in (
+            REASON_WAITING_FOR_ADDRESS,
+            REASON_CLAIM_PENDING,
+            REASON_NO_READY_BACKEND,
+        )
 
     def status_patch(self, stored_status: Mapping[str, Any] | None, now: str) -> JsonPatch:
         """The JSON patch that stores this plan's status; empty when nothing changes (or finalizing)."""
@@ -383,7 +399,8 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     endpoint = observed.endpoint or {}
     endpoint_spec = endpoint.get("spec") or {}
     selector = endpoint_spec.get("selector")
-    ports = publish_ports([p for p in endpoint_spec.get("ports") or [] if isinstance(p, Mapping)], spec)
+    endpoint_ports = [p for p in endpoint_spec.get("ports") or [] if isinstance(p, Mapping)]
+    ports = publish_ports(endpoint_ports, spec)
     if (
         endpoint_spec.get("type") == SERVICE_TYPE_EXTERNAL_NAME
         or not isinstance(selector, Mapping)
@@ -391,30 +408,44 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     ):
         return dark(REASON_NOTHING_TO_PUBLISH, f"Service {spec.endpoint} selects no pods: nothing to publish")
     if not ports:
-        return dark(
-            REASON_NOTHING_TO_PUBLISH,
-            f"Service {spec.endpoint} publishes no port (a VM's sentinel port alone): name the ports "
-            "to publish, or a method",
-        )
+        return dark(REASON_NOTHING_TO_PUBLISH, no_port_message(spec.endpoint, endpoint_ports, spec))
     selector = {str(k): str(v) for k, v in selector.items()}
     # The family the VM datapath is judged for: the claim's, or the one a mint will ask for.
     family = claim_family(claim) if claim is not None else (spec.family or DEFAULT_CLAIM_FAMILY)
+    # MultipleBackends with a Service of ours that may otherwise stay: kept, its backends withdrawn.
+    withdrawn: Condition | None = None
     if spec.vm_mode:
         slices = observed.endpoint_slices
-        verdict = admit(
+        ready = ready_backends(slices)
+        judge = partial(
+            admit,
             mode=spec.method,
             family=family,
             ports=ports,
-            backends=ready_backends(slices),
             proxy_name=observed.settings.proxy_name,
             me=rank_of(attachment),
             my_service=(str(_meta(attachment).get("namespace")), str(_meta(existing).get("name") or "")),
             others=observed.rivals,
-            selected=selected_pods(selector, observed.pods) | slice_pods(slices),
+            selected=selected_pods(selector, observed.pods) | slice_pods(slices) | ready,
             selector=selector,
         )
-        if not verdict.ok:
+        verdict = judge(backends=ready)
+        # Only the count of ready backends stops a live Service of ours (every other rule admits it
+        # with none counted, its pods, ready ones included, still its own): it is kept, withdrawn.
+        keep = (
+            verdict.reason == REASON_MULTIPLE_BACKENDS
+            and existing is not None
+            and judge(backends=frozenset()).ok
+        )
+        if not verdict.ok and not keep:
             return dark(verdict.reason, verdict.message)
+        if not verdict.ok:
+            message = (
+                f"{verdict.message}: the address stays dark, Service {_meta(existing).get('name')} and "
+                "its address are kept with its backends withdrawn until one remains"
+            )
+            withdrawn = Condition(CONDITION_PROVISIONED, FALSE, verdict.reason, message)
+            selector = withdrawn_selector(selector, str(_meta(attachment).get("uid") or ""))
 
     # --- the claim -------------------------------------------------------------------------------
     if not observed.substrate:
@@ -515,7 +546,16 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
     provisioned, programmed, announce_recheck = _provisioned(
         spec, existing, action, addresses, observed.rendered_endpoints, context
     )
+    if withdrawn is not None:
+        provisioned, programmed = withdrawn, None
     phase = PHASE_ATTACHED if provisioned.status == TRUE else PHASE_PENDING
+    # The patch puts the withdrawn backends back: their Endpoints answer within moments.
+    restoring = (
+        action is ServiceAction.PATCH
+        and withdrawn is None
+        and existing is not None
+        and is_withdrawn((existing.get("spec") or {}).get("selector"))
+    )
     return replace(
         common,
         conditions=(resolved, provisioned),
@@ -525,6 +565,7 @@ def reconcile(observed: Observed, context: PassContext | None = None) -> Plan:
         service_patch=patch,
         programmed=programmed,
         recheck_after=announce_recheck,
+        restoring=restoring,
     )
 
 

@@ -48,7 +48,7 @@ FINISHED_PHASES: Final = frozenset({"Succeeded", "Failed"})
 # The init-container restart policy that makes it a sidecar (KEP-753).
 SIDECAR_RESTART_POLICY: Final = "Always"
 # isinstance against dict first: the API's objects are dicts, and the ABC check alone costs more than
-# the rest of a pod event; other Mappings (kopf bodies) still pass.
+# the rest of a pod event; other Mappings still pass.
 _MAPPING: Final = (dict, Mapping)
 # Resource names containing this are Kubernetes' own (native), never extended.
 NATIVE_RESOURCE_MARK: Final = "kubernetes.io/"

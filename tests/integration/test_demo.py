@@ -32,6 +32,10 @@ def test_the_demo_shows_a_tenant_and_a_hoster_what_they_need() -> None:
         "Attached",  # attachments with their addresses
         "reserved-ip",  # the tenant's reserved claim, Bound
         "BackendAlreadyDelegated",  # vm1-whole loses the VM's pod to vm1-ssh
+        "kubectl describe endpointattachment db-public",  # its Events: what the operator did
+        "ClaimMinted",
+        "Rendered",
+        "Warning  BackendAlreadyDelegated",  # vm1-whole's Event, as kubectl describe shows it
         "WHAT A HOSTER SEES",
         "cozystack_gpuclass_free",
         "cozystack_endpointattachment_attachments",

@@ -29,7 +29,7 @@ import pytest
 from hack.devcluster import ClusterInfo
 from hack.metallb import declare_pool
 from shared.kube import ApiError, Kube, Obj
-from shared.resources import ENDPOINTS, PODS, SERVICE_ACCOUNTS, SERVICES
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, PODS, SERVICE_ACCOUNTS, SERVICES
 from tests.support.cozyproxy import (
     ALLOW_ICMP_ANNOTATION,
     PROXY_NAME_LABEL,
@@ -58,6 +58,7 @@ from tests.support.ea_cluster import (
     message,
     wait_attachment,
 )
+from tests.support.following import cancel_all, following
 from tests.support.operators import RunningOperator
 from tests.support.substrate import DELETE, METALLB_IPS_ANNOTATION
 from tests.support.waiting import eventually, wait_for_object
@@ -206,11 +207,7 @@ async def invariant(kube: Kube, namespace: str, model: CozyProxyModel) -> AsyncI
         yield watcher
         await watcher.check()
     finally:
-        for task in tasks:
-            task.cancel()
-        for task in tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        await cancel_all(tasks)
 
 
 class VMTenant(Tenant):
@@ -506,6 +503,109 @@ async def test_port_list_with_two_ready_backends_stays_dark(
         assert first_address(again) == address
         assert "vm1-b" in provisioned_message(again)
         await model.wait_for(lambda m: m.pod_reached(address) == "vm1-b", TIMEOUT, "the path to vm1-b")
+
+
+class RenderedBackends:
+    """Follows the namespace's v1 Endpoints and EndpointSlices and records, per Service, the most
+    ready backends either ever listed at once (all slices of a Service together) while ``watching``."""
+
+    def __init__(self) -> None:
+        self.watching: str | None = None  # the rendered Service followed
+        self.most = 0
+        self.seen: list[tuple[str, int]] = []  # (kind, ready count) as events came
+        self.slices: dict[str, int] = {}
+
+    def on_endpoints(self, kind: str, endpoints: Obj) -> None:
+        if endpoints["metadata"]["name"] != self.watching:
+            return
+        ready = (
+            0
+            if kind == "DELETED"
+            else sum(len(s.get("addresses") or []) for s in endpoints.get("subsets") or [])
+        )
+        self._count("Endpoints", ready)
+
+    def on_slice(self, kind: str, endpoint_slice: Obj) -> None:
+        labels = endpoint_slice["metadata"].get("labels") or {}
+        if self.watching is None or labels.get("kubernetes.io/service-name") != self.watching:
+            return
+        ready = [
+            e
+            for e in endpoint_slice.get("endpoints") or []
+            if (e.get("conditions") or {}).get("ready") is not False
+        ]
+        self.slices[endpoint_slice["metadata"]["name"]] = 0 if kind == "DELETED" else len(ready)
+        self._count("EndpointSlices", sum(self.slices.values()))
+
+    def _count(self, kind: str, ready: int) -> None:
+        self.seen.append((kind, ready))
+        self.most = max(self.most, ready)
+
+
+async def test_two_backends_back_to_one_heal_on_the_same_service_never_listing_two(
+    kube: Kube, cluster: ClusterInfo, tmp_path: Path, vm: VMTenant, model: CozyProxyModel
+) -> None:
+    """MultipleBackends keeps the rendered Service and its address (its selector withdrawn: its
+    Endpoints list no backend, cozy-proxy programs nothing); the second backend going publishes
+    again on that very Service, its Endpoints and slices never listing two backends meanwhile, and
+    the address never leaving it."""
+    ns = vm.namespace
+    await vm.setup("198.51.100.232/29")
+    await vm.pod("vm1-a", {"vm": "vm1"})
+    await vm.pod("vm1-b", {"vm": "vm1"}, ready=False)
+    backends = RenderedBackends()
+    services: list[tuple[str, Obj]] = []  # (event, the rendered Service) as events came
+
+    def on_service(kind: str, service: Obj) -> None:
+        if service["metadata"]["name"] == backends.watching:
+            services.append((kind, service))
+
+    handlers = [
+        (ENDPOINTS, backends.on_endpoints),
+        (ENDPOINT_SLICES, backends.on_slice),
+        (SERVICES, on_service),
+    ]
+    async with following(kube, ns, handlers), operator(kube, cluster, tmp_path), invariant(kube, ns, model):
+        await vm.ssh_attachment("ssh")
+        provisioned = await wait_provisioned(kube, ns, "ssh")
+        address = first_address(provisioned)
+        assert address is not None
+        rendered = provisioned["status"]["serviceName"]
+        await model.wait_for(lambda m: m.pod_reached(address) == "vm1-a", TIMEOUT, "the path to vm1-a")
+        service = await kube.get(SERVICES.path(ns, rendered))
+        assert service is not None
+        uid = service["metadata"]["uid"]
+        # A second ready backend: dark, on the same Service, which keeps its address.
+        await vm.set_ready("vm1-b", True)
+        dark = await wait_provisioned(kube, ns, "ssh", REASON_MULTIPLE_BACKENDS)
+        assert dark["status"].get("serviceName") == rendered, dark["status"]
+        await model.wait_for(lambda m: m.reaches(address) is None, TIMEOUT, "the address to go dark")
+        await wait_for_object(
+            kube,
+            ENDPOINTS,
+            rendered,
+            lambda e: e is not None and not any(s.get("addresses") for s in e.get("subsets") or []),
+            namespace=ns,
+            timeout=TIMEOUT,
+            what="the rendered Service's Endpoints to list no ready backend",
+        )
+        # From here on: the rendered Service's Endpoints and slices, and the Service itself.
+        backends.watching = rendered
+        # The second backend goes: published again on the same Service, at the remaining pod.
+        await vm.set_ready("vm1-a", False)
+        healed = await wait_provisioned(kube, ns, "ssh")
+        assert "vm1-b" in provisioned_message(healed)
+        assert healed["status"]["serviceName"] == rendered
+        assert first_address(healed) == address
+        await model.wait_for(lambda m: m.pod_reached(address) == "vm1-b", TIMEOUT, "the path to vm1-b")
+        assert backends.most <= 1, backends.seen
+        assert ("Endpoints", 1) in backends.seen, backends.seen
+        assert services, "the Service was changed in place (its selector restored)"
+        for kind, seen in services:
+            assert kind != "DELETED", "the Service was withdrawn"
+            assert seen["metadata"]["uid"] == uid
+            assert address in ingress(seen), f"the address left the Service: {seen.get('status')}"
+        assert model.stuck == set(), model.log
 
 
 async def test_the_survivor_is_programmed_again_after_the_loser_is_deleted(

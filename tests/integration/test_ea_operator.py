@@ -12,7 +12,8 @@ a pending claim, a family conflict, identity (a labelled Service without our ref
 application, a recreated attachment, garbage collection with the application), detach and reattach,
 lineage stamped, the ``ports`` subset, nothing drawn while nothing can be published, Dual on the
 claim's side, the substrate installed after the operator started (on a control plane of its own),
-and a second pass that writes nothing.
+a second pass that writes nothing, and the Events ``kubectl describe`` shows (events.k8s.io/v1; a
+flapping endpoint posts a bounded number).
 
 Dual: this control plane serves IPv4 Services only, so a ``Dual`` attachment's claim binds two
 addresses and the API refuses the dual-stack Service (422): the attachment reports
@@ -33,9 +34,10 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from hack.metallb import metallb
+from shared.events import BURST
 from shared.kube import ApiError, Kube, Obj
 from shared.lineage import APPLICATION_GROUP_LABEL, APPLICATION_KIND_LABEL, APPLICATION_NAME_LABEL
-from shared.resources import CONFIGMAPS, HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES
+from shared.resources import CONFIGMAPS, EVENTS_V1, HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES
 from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
 from tests.support.ea_cluster import (
     ADDRESSES,
@@ -71,7 +73,7 @@ from tests.support.ea_cluster import (
     wait_attachment,
 )
 from tests.support.lane import address_substrate
-from tests.support.manifests import apply_all, load, policies_installed
+from tests.support.manifests import apply_all, kubectl, load, policies_installed
 from tests.support.operators import RunningOperator
 from tests.support.otlp import attributes, otlp_receiver
 from tests.support.substrate import METALLB_IPS_ANNOTATION
@@ -970,3 +972,76 @@ async def test_traces_chain_an_attachments_life_and_metrics_describe_it(
             # Gone while this operator still runs (its finalizer takes the Service first).
             await kube.delete(ATTACHMENTS.path(ns, "traced"))
             await wait_for_object(kube, ATTACHMENTS, "traced", lambda o: o is None, namespace=ns)
+
+
+# --- Events: what kubectl describe shows ------------------------------------------------------------
+
+# Our Events' reportingController (controller.REPORTING_CONTROLLER), as kubectl describe's "From".
+REPORTING_CONTROLLER: Final = "cozystack.io/endpointattachment-operator"
+# Detach-and-reattach cycles of the flapping test: each would be three Events (Withdrawn, Rendered,
+# Provisioned), more than the attachment's budget allows at once.
+FLAPS: Final = 6
+
+
+async def events_about(kube: Kube, attachment: Obj) -> list[Obj]:
+    """The events.k8s.io/v1 Events regarding the attachment (this incarnation), oldest first."""
+    metadata = attachment["metadata"]
+    found = (await kube.list(EVENTS_V1.path(metadata["namespace"])))["items"]
+    mine = [e for e in found if (e.get("regarding") or {}).get("uid") == metadata["uid"]]
+    return sorted(mine, key=lambda e: str(e.get("eventTime")))
+
+
+async def test_kubectl_describe_shows_what_the_operator_did(
+    kube: Kube, cluster: ClusterInfo, operator: RunningOperator, tenant: Tenant
+) -> None:
+    endpoint, ready, _, _ = await _minted(tenant, operator, "it-events", "198.51.100.200/29")
+    status = ready["status"]
+
+    async def described() -> str | None:
+        code, out, err = await kubectl(
+            cluster, "-n", tenant.namespace, "describe", "endpointattachment", "db-public"
+        )
+        assert code == 0, err
+        wanted = ("ClaimMinted", "Rendered", "Provisioned")
+        return out if all(reason in out for reason in wanted) else None
+
+    try:
+        out = await eventually(described, what="the Events in kubectl describe", timeout=30)
+    except AssertionError as error:
+        raise AssertionError(f"{error}\noperator log:\n{operator.log_tail()}") from None
+    events_section = out[out.index("Events:") :]
+    print(events_section)  # the tenant docs show this output
+    assert f"minted IPAddressClaim {status['claimName']} of class it-events" in events_section
+    assert f"rendered Service {status['serviceName']} for endpoint {endpoint}" in events_section
+    assert REPORTING_CONTROLLER in events_section, "From: the reporting controller"
+
+    events = await events_about(kube, ready)
+    assert [e["reason"] for e in events] == ["ClaimMinted", "Rendered", "Provisioned"], "one each, in order"
+    for event in events:
+        assert event["reportingController"] == REPORTING_CONTROLLER
+        assert event["reportingInstance"], "the replica that posted it"
+        assert event["type"] == "Normal"
+        assert event["regarding"]["kind"] == "EndpointAttachment"
+    assert [e["action"] for e in events] == ["Mint", "Render", "Provision"]
+
+
+async def test_a_flapping_endpoint_posts_a_bounded_number_of_events(
+    kube: Kube, operator: RunningOperator, tenant: Tenant
+) -> None:
+    ns = tenant.namespace
+    endpoint, ready, _, _ = await _minted(tenant, operator, "it-events-flap", "198.51.100.208/29")
+    for _ in range(FLAPS):
+        await kube.delete(SERVICES.path(ns, endpoint))
+        await wait_attachment(kube, ns, "db-public", lambda o: phase(o) == DETACHED, operator)
+        await tenant.endpoint(endpoint, "db", selector={"app": "db", "role": "primary"})
+        await wait_attachment(kube, ns, "db-public", attached, operator)
+
+    events = await events_about(kube, ready)
+    occurrences = sum(int((e.get("series") or {}).get("count") or 1) for e in events)
+    reasons = sorted({e["reason"] for e in events})
+    print(
+        f"{FLAPS} detach/reattach cycles: {len(events)} Event objects, {occurrences} occurrences: {reasons}"
+    )
+    assert len(events) <= BURST, "at most the budget of writes, whatever the attachment does"
+    assert len(events) == BURST, "unbounded, the cycles would have made 3 + 3 per cycle"
+    assert {"ClaimMinted", "Rendered", "Provisioned", "Withdrawn"} <= set(reasons)

@@ -20,14 +20,17 @@ from operators.endpointattachment.api import (
     CLAIMS,
     CLASSES,
     METALLB_IPS_ANNOTATION,
+    PINNED_ANNOTATION,
     PROGRAMMED_ANNOTATION,
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
+    WITHDRAWN_SELECTOR_KEY,
 )
 from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER, FINALIZER
 from operators.endpointattachment.datapath import programmed_token
 from operators.endpointattachment.reasons import (
     CONDITION_PROVISIONED,
+    REASON_MULTIPLE_BACKENDS,
     REASON_PROVISIONED,
     REASON_WAITING_FOR_ADDRESS,
 )
@@ -309,6 +312,16 @@ SERVICE_PREDICATE: list[PredicateRow] = [
     (controller.service_reading_changed, None, OURS_A, True),
     (controller.service_reading_changed, OURS_A, None, True),
     (controller.service_reading_changed, OURS_A, PINNED_A, False),
+    # The driver's one Update: its pin and its marker together.
+    (
+        controller.service_reading_changed,
+        OURS_A,
+        with_metadata(
+            OURS_A,
+            annotations={CLAIM_ANNOTATION: CLAIM, METALLB_IPS_ANNOTATION: ADDRESS, PINNED_ANNOTATION: "true"},
+        ),
+        False,
+    ),
     (
         controller.service_reading_changed,
         OURS_A,
@@ -613,10 +626,12 @@ async def test_finalizing_deletes_a_service_held_by_a_finalizer_and_waits() -> N
     assert writer.calls == [("delete", "services", "db-public-x7ktq")]  # not released: not gone yet
 
 
-async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_delete() -> None:
-    cozy = RenderSettings(proxy_name="cozy-proxy")
-    v_claim = make_claim("vm1-public-abcde", owner=V)
-    steps: list[Step] = [
+COZY = RenderSettings(proxy_name="cozy-proxy")
+
+
+def vm_world() -> list[Step]:
+    """V, a WholeIP attachment of a VM with one ready launcher pod, its claim Bound."""
+    return [
         put("attachment", V),
         put(
             "helmrelease",
@@ -625,17 +640,27 @@ async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_dele
             ),
         ),
         put("service", make_service("vm-vm1", labels=VM_APP, selector=VM_SELECTOR, ports=[{"port": 22}])),
-        put("claim", v_claim),
+        put("claim", make_claim("vm1-public-abcde", owner=V)),
         put("class", make_class()),
         put("pod", make_pod("virt-launcher", labels=VM_SELECTOR)),
         put("slice", make_endpointslice("vm-vm1")),
     ]
-    running, writer, caches, _ = reconciler(*steps, settings=cozy)
+
+
+async def rendered_vm() -> tuple[controller.AttachmentReconciler, RecordingWriter, StaticCaches, str]:
+    """``vm_world`` after the pass that created V's Service, which is now announced and whose v1
+    Endpoints name the pod; the writer's calls cleared."""
+    running, writer, caches, _ = reconciler(*vm_world(), settings=COZY)
     await running.reconcile(KV)  # creates the Service
     name = next(c[2] for c in writer.calls if c[:2] == ("create", "services"))
     announce(caches, name)
     caches.store(KINDS["endpoints"]).upsert(make_endpoints(name))
     writer.calls.clear()
+    return running, writer, caches, name
+
+
+async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_delete() -> None:
+    running, writer, caches, name = await rendered_vm()
     await running.reconcile(KV)
     assert ("patch", "services", name) in writer.calls
     touched = caches.store(KINDS["service"]).get((NS, name)) or {}
@@ -650,3 +675,35 @@ async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_dele
     assert writer.calls[:2] == [("delete", "services", name), ("patch", "services", "vm1-chart")]
     chart = caches.store(KINDS["service"]).get((NS, "vm1-chart")) or {}
     assert chart["metadata"]["annotations"][REPROGRAM_ANNOTATION].startswith(f"{NS}/{name}/")
+
+
+async def test_multiple_backends_withdraw_in_one_patch_and_restore_with_one_status_write() -> None:
+    running, writer, caches, name = await rendered_vm()
+    await running.reconcile(KV)  # Provisioned, the programmed touch
+    assert stored_provisioned(caches, KV) == ("True", REASON_PROVISIONED)
+    two = (("pod-uid-1", "10.244.0.10", True), ("pod-uid-2", "10.244.0.11", True))
+    caches.store(KINDS["pod"]).upsert(make_pod("virt-launcher-b", uid="pod-uid-2", labels=VM_SELECTOR))
+    caches.store(KINDS["slice"]).upsert(make_endpointslice("vm-vm1", backends=two))
+    writer.calls.clear()
+    await running.reconcile(KV)
+    # Withdrawn: one patch of the Service (never a delete), then the status.
+    assert writer.calls == [("patch", "services", name), ("status", "endpointattachments", "vm1-public")]
+    withdrawn = caches.store(KINDS["service"]).get((NS, name)) or {}
+    assert withdrawn["spec"]["selector"] == {**VM_SELECTOR, WITHDRAWN_SELECTOR_KEY: V["metadata"]["uid"]}
+    assert stored_provisioned(caches, KV) == ("False", REASON_MULTIPLE_BACKENDS)
+    caches.store(KINDS["endpoints"]).upsert(make_endpoints(name, backends=()))  # its Endpoints empty
+    writer.calls.clear()
+    await running.reconcile(KV)
+    assert writer.calls == [], "a second pass writes nothing"
+    # One backend again: one patch restores the selector; the status waits for the Endpoints.
+    caches.store(KINDS["slice"]).upsert(make_endpointslice("vm-vm1", backends=two[1:]))
+    result = await running.reconcile(KV)
+    assert writer.calls == [("patch", "services", name)]
+    assert result.requeue_after is not None, "held, looked at again when the hold runs out"
+    restored = caches.store(KINDS["service"]).get((NS, name)) or {}
+    assert restored["spec"]["selector"] == VM_SELECTOR
+    caches.store(KINDS["endpoints"]).upsert(make_endpoints(name, backends=two[1:]))
+    writer.calls.clear()
+    await running.reconcile(KV)
+    assert ("status", "endpointattachments", "vm1-public") in writer.calls
+    assert stored_provisioned(caches, KV) == ("True", REASON_PROVISIONED)

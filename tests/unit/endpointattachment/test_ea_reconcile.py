@@ -785,7 +785,8 @@ def test_multiple_ready_backends_keep_the_address_dark() -> None:
         dataclasses.replace(live, endpoint_slices=[make_endpointslice("vm-vm1", backends=backends)])
     )
     assert condition(plan, CONDITION_PROVISIONED) == (FALSE, REASON_MULTIPLE_BACKENDS)
-    assert plan.service_action is ServiceAction.DELETE
+    # Kept, its backends withdrawn (test_ea_withdrawn): the address stays pinned to it.
+    assert plan.service_action is ServiceAction.PATCH
     assert (plan.mint, plan.delete_claims) == (None, ())
     assert (plan.status["claimName"], plan.status["addresses"]) == (CLAIM, [ADDRESS]), "the claim is kept"
 
