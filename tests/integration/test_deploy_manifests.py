@@ -56,6 +56,7 @@ KUBECTL_TIMEOUT = 120.0
 FIXTURE_CRDS = (
     "tests/fixtures/helmrelease-crd.yaml",
     "tests/fixtures/kubevirt-crd.yaml",
+    "tests/fixtures/kubevirt-instancetype-crd.yaml",
     *(
         f"tests/fixtures/address-substrate/local.sdn.cozystack.io_{plural}.yaml"
         for plural in ("ipaddressclaims", "ipaddressclasses", "ipaddresses")
