@@ -39,6 +39,8 @@ NAME_TOO_LONG: Final = "must be no more than 253 characters"
 
 # Ours (the CRDs' CEL messages).
 EXACTLY_ONE: Final = "exactly one mechanism must be set, and loadBalancer is the only one"
+# A GPUClass names its GPUs by exactly one of a resource name and a DRA DeviceClass.
+GPU_SOURCE: Final = "set exactly one of resourceName"
 MECHANISM_FIXED: Final = "the mechanism is immutable: spec.loadBalancer cannot be added or removed"
 APPLICATION_FIXED: Final = "applicationRef is immutable: create another attachment"
 EXCLUSIVE: Final = "className and claimName are mutually exclusive"
@@ -67,6 +69,11 @@ TOLERATION_SECONDS: Final = "tolerationSeconds only applies with effect NoExecut
 VM_SIZE_MIN: Final = "each of vmSizes must be at least 1"
 VM_SIZES_EMPTY: Final = "vmSizes needs at least one size"
 VM_SIZES_TWICE: Final = "vmSizes must not list a size twice"
+DEVICE_CLASS_SHAPE: Final = "deviceClassName must be a DeviceClass's name"
+DEVICE_CLASS_FIXED: Final = "deviceClassName is immutable"
+SHAPE_UNITS: Final = "a VM shape needs units (its GPUs), or an instancetype"
+SHAPE_EITHER: Final = "a VM shape names either an instancetype or its cpu and memory"
+SHAPE_NAME: Final = "a VM shape's name must be a DNS label"
 
 ROWS: list[Refused] = []
 # (kind, field path) of every field some row breaks, and of every field some row tries to change
@@ -310,7 +317,7 @@ field(
     GPU,
     "spec.resourceName",
     [
-        ("absent", DELETE, REQUIRED),
+        ("absent", DELETE, GPU_SOURCE),
         ("no-domain", "gpu", RESOURCE_SHAPE),
         ("kubernetes-io", "kubernetes.io/gpu", RESOURCE_K8S),
         ("sub-kubernetes-io", "example.kubernetes.io/gpu", RESOURCE_K8S),
@@ -373,6 +380,42 @@ field(
         ("string-item", ["2"], INTEGER),
         ("fraction", [1.5], INTEGER),
         ("integer-not-list", 4, ARRAY),
+    ],
+)
+DRA = gpu_class("cat-dra")
+DRA["spec"] = {"deviceClassName": "gpu.nvidia.com"}
+field(
+    "gpu-device-class",
+    DRA,
+    "spec.deviceClassName",
+    [
+        ("uppercase", "GPU.nvidia.com", DEVICE_CLASS_SHAPE),
+        ("space", "gpu nvidia", DEVICE_CLASS_SHAPE),
+        ("huge", HUGE, TOO_LONG),
+        ("integer", 42, STRING),
+    ],
+)
+bad(
+    "gpu-device-class-beside-resource-name",
+    with_path(GPU, "spec.deviceClassName", "gpu.nvidia.com"),
+    GPU_SOURCE,
+)
+every_form(
+    "gpu-device-class-rename", DRA, {"spec": {"deviceClassName": "other.nvidia.com"}}, DEVICE_CLASS_FIXED
+)
+SHAPE: Final = {"name": "g2-large", "units": 2, "cpu": "32", "memory": "256Gi"}
+field(
+    "gpu-vm-shapes",
+    GPU,
+    "spec.vmShapes",
+    [
+        ("no-units", [{"name": "g2"}], SHAPE_UNITS),
+        ("instancetype-and-cpu", [{**SHAPE, "instancetype": "u1.h200x2"}], SHAPE_EITHER),
+        ("name-uppercase", [{**SHAPE, "name": "G2"}], SHAPE_NAME),
+        ("name-twice", [SHAPE, {**SHAPE, "units": 4}], DUPLICATE),
+        ("no-name", [{"units": 2}], REQUIRED),
+        ("9-items", [{**SHAPE, "name": f"s{i}"} for i in range(9)], TOO_MANY),
+        ("object-not-list", SHAPE, ARRAY),
     ],
 )
 field(
