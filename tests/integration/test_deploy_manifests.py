@@ -14,7 +14,6 @@ A check whose input files (another engineer's CRDs or RBAC) do not exist yet is 
 
 from __future__ import annotations
 
-import asyncio
 import importlib
 import json
 import re
@@ -28,7 +27,7 @@ import yaml
 from hack.devcluster import ClusterInfo
 from shared.kube import Kube, Obj
 from shared.resources import CRDS, DEPLOYMENTS, NAMESPACES, PDBS, SUBJECT_ACCESS_REVIEWS
-from tests.support.manifests import ROOT, apply_all, load
+from tests.support.manifests import ROOT, apply_all, kubectl, load
 from tests.support.waiting import eventually
 
 # Each Deployment runs this many replicas, one of which leads; the PodDisruptionBudget keeps this many.
@@ -49,7 +48,6 @@ HOSTNAME_TOPOLOGY = "kubernetes.io/hostname"
 RBAC_PROPAGATION_SECONDS = 30.0
 IMAGE = "ghcr.io/cozystack/cozystack-operators:latest"
 RESTRICTED_USER = 65532
-KUBECTL_TIMEOUT = 120.0
 # CRDs of other projects that the operators' RBAC names (Flux's HelmRelease, KubeVirt).
 # Others' CRDs the operators' RBAC and the samples name: Flux's, KubeVirt's, and the address
 # substrate's (consumed by the EndpointAttachment operator, never defined by it).
@@ -138,24 +136,6 @@ def require(paths: Iterable[str]) -> None:
     missing = [p for p in paths if not (ROOT / p).exists()]
     if missing:
         pytest.skip(f"input files not written yet: {', '.join(missing)}")
-
-
-async def kubectl(cluster: ClusterInfo, *args: str) -> tuple[int, str, str]:
-    process = await asyncio.create_subprocess_exec(
-        cluster.kubectl,
-        *args,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        cwd=ROOT,
-    )
-    try:
-        out, err = await asyncio.wait_for(process.communicate(), timeout=KUBECTL_TIMEOUT)
-    except TimeoutError:
-        process.kill()
-        await process.wait()
-        raise AssertionError(f"kubectl {' '.join(args)} took over {KUBECTL_TIMEOUT}s") from None
-    assert process.returncode is not None
-    return process.returncode, out.decode(), err.decode()
 
 
 async def render(cluster: ClusterInfo, path: str) -> list[Obj]:
@@ -522,7 +502,7 @@ async def test_apply_default(cluster: ClusterInfo, kube: Kube, name: str) -> Non
     try:
 
         async def applied() -> tuple[int, str, str] | None:
-            answer = await kubectl(cluster, "--kubeconfig", cluster.kubeconfig, "apply", "-k", op.default_dir)
+            answer = await kubectl(cluster, "apply", "-k", op.default_dir)
             # An admission policy whose paramKind's CRD was just (re)installed refuses every write it
             # matches until the API server has synced that kind: wait it out, bounded.
             return None if PARAM_KIND_NOT_SYNCED in answer[2] else answer
@@ -730,8 +710,6 @@ async def test_samples_pass_crd_validation(
     require(f"{op.crd_dir}/{f}" for op in OPERATORS.values() for f in op.crd_files)
     code, out, err = await kubectl(
         cluster,
-        "--kubeconfig",
-        cluster.kubeconfig,
         "apply",
         "--dry-run=server",
         "-n",
