@@ -4,7 +4,7 @@ It starts the local control plane, installs each operator's CRDs with kubectl
 (``kubectl apply -k config/crd/<operator>``) and the platform's (KubeVirt's, Flux's, and the address
 substrate's real CRDs from ``tests/fixtures/``), runs both operators, MetalLB's controller and the
 address substrate (its real controllers when ``COZY_SUBSTRATE_BIN`` names them, else the documented
-model of ``tests/support/substrate.py``, which renders an IPAddressPool per IPAddressClass as the
+model of ``harness/substrate.py``, which renders an IPAddressPool per IPAddressClass as the
 substrate's MetalLB driver does), plays the kubelets, creates a small GPU cloud and a tenant with a
 database and a VM, then prints what a tenant sees and what a hoster sees.
 It waits for Ctrl-C (or, with ``--once``, stops right away) and leaves nothing running.
@@ -39,12 +39,12 @@ from hack.jaeger import Jaeger, running_jaeger
 from hack.metallb import metallb
 from hack.substrate import lane
 from hack.waterfall import Span, passes_of, render_waterfall
+from harness.lane import address_substrate
+from harness.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
 from operators.endpointattachment.api import ATTACHMENTS
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
-from tests.support.lane import address_substrate
-from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
 
 TENANT = "tenant-demo"
 # The attachment whose story the demo draws from Jaeger: a VM's, on the tenant's reserved claim.
@@ -512,7 +512,7 @@ async def run_operators(
         else:
             print(
                 "addresses: the address substrate's controllers are not here (COZY_SUBSTRATE_BIN), so "
-                "its documented model (tests/support/substrate.py) plays them, over real MetalLB"
+                "its documented model (harness/substrate.py) plays them, over real MetalLB"
             )
         await build_world(kube, cluster)
         deadline = asyncio.get_running_loop().time() + 90

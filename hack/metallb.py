@@ -14,7 +14,7 @@ Decides:
 
 Does not: play MetalLB's part (nothing here writes a Service's status), decide which address a
 Service gets, or declare pools for address classes: the address substrate's MetalLB driver renders
-those (in the tests, its model, ``tests/support/substrate.py``).
+those (in the tests, its model, ``harness/substrate.py``).
 """
 
 from __future__ import annotations

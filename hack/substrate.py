@@ -4,7 +4,7 @@ The substrate (its core ``address-controller`` and its MetalLB driver ``metallb-
 fetched or built from the registries here; a user's clone does not have it. When the environment
 variable ``COZY_SUBSTRATE_BIN`` names a directory holding both binaries (``.ci/run`` sets it when it
 finds them), the tests, the demo and the benchmarks run them — the **real lane**; otherwise the
-documented model of ``tests/support/substrate.py`` plays them — the **model lane**.
+documented model of ``harness/substrate.py`` plays them — the **model lane**.
 
 Decides:
 - the lane (``lane()``): the variable unset is the model; set, it must name both binaries (a typo is

@@ -15,9 +15,9 @@ import pytest
 
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
 from hack.metallb import MetalLB
+from harness.loadbalancer import load_balancer, load_balancer_session
 from shared.kube import Kube
 from shared.resources import NAMESPACES, PODS
-from tests.support.loadbalancer import load_balancer, load_balancer_session
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:

@@ -14,33 +14,29 @@ import copy
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from harness.ea_objects import APP_GROUP as APP_GROUP
+from harness.ea_objects import APP_KIND as APP_KIND
+from harness.ea_objects import APP_NAME as APP_NAME
+from harness.ea_objects import HELMRELEASE_API_VERSION as HELMRELEASE_API_VERSION
+from harness.ea_objects import for_create as for_create
+from harness.ea_objects import helmrelease_spec
+from harness.ea_objects import lineage_labels as lineage_labels
+from harness.ea_objects import load_balancer_spec as load_balancer_spec
 from operators.endpointattachment.api import (
     API_VERSION,
     ATTACHMENT_KIND,
     CLAIM_KIND,
     DEFAULT_CLASS_ANNOTATION,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
-    HELMRELEASE_GROUP,
     HELMRELEASE_KIND,
     POD_KIND,
 )
-from shared.lineage import (
-    APPLICATION_GROUP_LABEL,
-    APPLICATION_KIND_LABEL,
-    APPLICATION_NAME_LABEL,
-    LABEL_TRUE,
-    MANAGED_BY_COZYSTACK_LABEL,
-    TENANT_RESOURCE_LABEL,
-)
+from shared.lineage import APPLICATION_GROUP_LABEL, APPLICATION_KIND_LABEL, APPLICATION_NAME_LABEL
 from shared.ownership import owner_reference
 
 NAMESPACE = "tenant-a"
-APP_GROUP = "apps.cozystack.io"
-APP_KIND = "Postgres"
-APP_NAME = "db"
 HELMRELEASE_NAME = "postgres-db"
 HELMRELEASE_UID = "hr-uid-1"
-HELMRELEASE_API_VERSION = f"{HELMRELEASE_GROUP}/v2"
 ENDPOINT = "postgres-db-rw"
 ATTACHMENT = "db-public"
 ATTACHMENT_UID = "ea-uid-1"
@@ -57,22 +53,6 @@ DELETED = "2024-01-02T00:00:00Z"
 Obj = dict[str, Any]
 # A backend in an EndpointSlice: (pod UID or None, address, ready: True / False / None for "not said").
 Backend = tuple[str | None, str, bool | None]
-
-
-def lineage_labels(
-    group: str = APP_GROUP, kind: str = APP_KIND, name: str = APP_NAME, *, tenant_facing: bool = True
-) -> dict[str, str]:
-    """The labels Cozystack's webhook stamps on an application's object (the tenant-facing marker
-    only on the Services its application lists as endpoints)."""
-    labels = {
-        APPLICATION_GROUP_LABEL: group,
-        APPLICATION_KIND_LABEL: kind,
-        APPLICATION_NAME_LABEL: name,
-        MANAGED_BY_COZYSTACK_LABEL: LABEL_TRUE,
-    }
-    if tenant_facing:
-        labels[TENANT_RESOURCE_LABEL] = LABEL_TRUE
-    return labels
 
 
 def application_labels(group: str = APP_GROUP, kind: str = APP_KIND, name: str = APP_NAME) -> dict[str, str]:
@@ -177,20 +157,7 @@ def make_helmrelease(
         "metadata": _metadata(
             name, namespace, uid, lineage_labels(tenant_facing=False) if labels is None else labels
         ),
-        # Flux's CRD requires a chart source; Cozystack's applications come from its own repository.
-        "spec": {
-            "chart": {
-                "spec": {
-                    "chart": "postgres",
-                    "sourceRef": {
-                        "kind": "HelmRepository",
-                        "name": "cozystack-apps",
-                        "namespace": "cozy-public",
-                    },
-                }
-            },
-            "interval": "5m",
-        },
+        "spec": helmrelease_spec(),
     }
 
 
@@ -204,30 +171,6 @@ def helmrelease_owner(name: str = HELMRELEASE_NAME, uid: str = HELMRELEASE_UID) 
         "controller": False,
         "blockOwnerDeletion": False,
     }
-
-
-def load_balancer_spec(
-    *,
-    class_name: str | None = None,
-    claim_name: str | None = None,
-    family: str | None = None,
-    ports: Sequence[int] | None = None,
-    method: str | None = None,
-    allow_icmp: bool | None = None,
-) -> Obj:
-    """``spec.loadBalancer`` with the fields given (none: mint from the default class)."""
-    spec: Obj = {}
-    for key, value in (
-        ("className", class_name),
-        ("claimName", claim_name),
-        ("family", family),
-        ("ports", list(ports) if ports is not None else None),
-        ("method", method),
-        ("allowICMP", allow_icmp),
-    ):
-        if value is not None:
-            spec[key] = value
-    return spec
 
 
 def make_attachment(
@@ -514,14 +457,3 @@ def make_endpoints(
         "metadata": _metadata(service, namespace, f"endpoints-uid-{service}", {}),
         "subsets": [subset] if ready or not_ready else [],
     }
-
-
-def for_create(obj: Mapping[str, Any]) -> Obj:
-    """A copy without ``status`` and what the API server sets (metadata, a Service's cluster IP),
-    ready to POST."""
-    server_set = {"uid", "creationTimestamp", "resourceVersion", "generation", "deletionTimestamp"}
-    metadata = {k: v for k, v in (obj.get("metadata") or {}).items() if k not in server_set}
-    body: Obj = {**{k: v for k, v in obj.items() if k not in ("status", "metadata")}, "metadata": metadata}
-    if obj.get("kind") == "Service":
-        body["spec"] = {k: v for k, v in (obj.get("spec") or {}).items() if k != "clusterIP"}
-    return body

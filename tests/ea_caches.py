@@ -18,6 +18,7 @@ import pytest
 from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
+from harness.mergepatch import merge_patch
 from operators.endpointattachment.api import ADDRESSES, ATTACHMENTS, CLAIMS, CLASSES
 from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER
 from operators.endpointattachment.render import RenderSettings
@@ -30,7 +31,6 @@ from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.served import CRDS, crd_name
 from shared.telemetry.tracing import Tracing
 from tests.ea_builders import CREATED
-from tests.support.mergepatch import merge_patch
 
 # The short names tables use for each cached kind.
 KINDS: Final[dict[str, Resource]] = {

@@ -41,8 +41,8 @@ from pathlib import Path
 from bench.endpointattachment import attach, churn, coldstart, heal
 from bench.endpointattachment.report import Row, table
 from hack.devcluster import LocalControlPlane
+from harness.manifests import apply_all, load
 from shared.kube import Kube
-from tests.support.manifests import apply_all, load
 
 CRD_FILES = (
     "tests/fixtures/helmrelease-crd.yaml",

@@ -3,7 +3,7 @@ and LoadBalancer Services made by hand.
 
 The addresses come from the address substrate: its real CRDs, and its real controllers when
 ``COZY_SUBSTRATE_BIN`` names them (``hack/substrate.py``), else the documented model of its
-controllers (``tests.support.substrate``: the core binds claims, the MetalLB driver renders one
+controllers (``harness.substrate``: the core binds claims, the MetalLB driver renders one
 ``IPAddressPool`` per class and pins a bound claim's addresses on the Service naming it). The load
 balancer is MetalLB's real controller (``hack.metallb``); a watch (``streams.BalancerWatch``) records
 when it answers. The benchmark plays what else the local control plane lacks: Cozystack's lineage
@@ -57,9 +57,13 @@ from bench.endpointattachment.streams import (
     own_cpu_seconds,
     supervised,
 )
-from bench.procfs import cpu_seconds
 from hack.metallb import MetalLB, metallb
 from hack.substrate import pool_name
+from harness.lane import address_substrate
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import cpu_seconds
+from harness.substrate import METALLB_PROVISIONER
+from harness.waiting import wait_for_object
 from operators.endpointattachment.api import (
     API_VERSION,
     ATTACHMENT_KIND,
@@ -80,10 +84,6 @@ from shared.lineage import (
     ApplicationRef,
 )
 from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
-from tests.support.lane import address_substrate
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.substrate import METALLB_PROVISIONER
-from tests.support.waiting import wait_for_object
 
 NAMESPACE = "bench-ea"
 NODE = "bench-ea-node"

@@ -80,7 +80,6 @@ from bench.endpointattachment.streams import (
     own_cpu_seconds,
     supervised,
 )
-from bench.procfs import cpu_seconds
 from bench.slo import (
     KEPT_UP,
     QUANTILE,
@@ -95,12 +94,13 @@ from bench.slo import (
     judge,
     tail_quantile,
 )
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import cpu_seconds
+from harness.waiting import eventually
 from operators.endpointattachment.api import ATTACHMENTS, CLASSES
 from operators.endpointattachment.reasons import CONDITION_RESOLVED, REASON_ENDPOINT_NOT_FOUND
 from shared.kube import NO_ANSWER, ApiError, Kube, Obj
 from shared.resources import NAMESPACES, SERVICES
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually
 
 NAMESPACE = "bench-churn"
 CLASS_NAME = "bench-churn"

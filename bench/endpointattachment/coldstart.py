@@ -59,7 +59,6 @@ from typing import Final
 
 import httpx
 
-from bench.controlplane import on_own_control_plane
 from bench.endpointattachment import attach
 from bench.endpointattachment.apimetrics import ApiServerMetrics, RequestKey
 from bench.endpointattachment.listing import COMMAND, LISTS
@@ -68,13 +67,14 @@ from bench.endpointattachment.standin import StandIn, following
 from bench.endpointattachment.streams import supervised
 from bench.gpuclass.coldstart import _check_log, _log_tail, _pool, _profile_summary, _retrying, _steps
 from bench.gpuclass.plainlist import PAGE_SIZE
-from bench.procfs import cpu_seconds
+from harness.controlplane import on_own_control_plane
+from harness.ea_cluster import CRD_FILES
+from harness.manifests import ROOT, apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import cpu_seconds
 from operators.endpointattachment.api import ATTACHMENTS, CLASSES
 from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER
 from shared.kube import Kube, Obj
-from tests.support.ea_cluster import CRD_FILES
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.operators import RunningOperator, operator_process
 
 COLD_ATTACHMENTS: Final = 5_000  # issue 18: one replica's envelope
 # Every rendered Service (LoadBalancer, externalTrafficPolicy Local) takes a health-check NodePort, and

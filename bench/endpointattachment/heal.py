@@ -3,8 +3,8 @@ back to one (``MultipleBackends`` healing), and how long its rendered Service's 
 two backends for cozy-proxy.
 
 One run starts its own local control plane with the operator (a subprocess, ``--vm-datapath=
-cozy-proxy``), the lane's address substrate (``tests/support/lane.py``), MetalLB's real controller
-and the cozy-proxy model (``tests.support.cozyproxy``, the address-before-Endpoints race on)
+cozy-proxy``), the lane's address substrate (``harness/lane.py``), MetalLB's real controller
+and the cozy-proxy model (``harness.cozyproxy``, the address-before-Endpoints race on)
 following the namespace. One VM with two launcher pods on the test node and a PortList attachment
 publishing its ssh port. Each round starts with one pod ready and the attachment Provisioned at it;
 the other pod becomes ready (``MultipleBackends``: the address goes dark in the model), then the
@@ -36,10 +36,8 @@ from typing import Any, Final
 
 from bench.endpointattachment.report import Row, duration, percentile, ratio
 from hack.devcluster import ClusterInfo, LocalControlPlane
-from shared.kube import Kube, Obj
-from shared.resources import ENDPOINT_SLICES, ENDPOINTS, NAMESPACES, PODS, SERVICES
-from tests.support.cozyproxy import CozyProxyModel, cozy_proxy
-from tests.support.ea_cluster import (
+from harness.cozyproxy import CozyProxyModel, cozy_proxy
+from harness.ea_cluster import (
     ATTACHMENTS,
     CONDITION_PROVISIONED,
     NODE,
@@ -49,8 +47,10 @@ from tests.support.ea_cluster import (
     ea_operator,
     ea_world,
 )
-from tests.support.following import following, wait_until
-from tests.support.substrate import DELETE
+from harness.following import following, wait_until
+from harness.substrate import DELETE
+from shared.kube import Kube, Obj
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, NAMESPACES, PODS, SERVICES
 
 HEAL_TARGET_SECONDS: Final = 0.3
 ROUNDS: Final = 10

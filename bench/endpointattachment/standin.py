@@ -1,7 +1,7 @@
 """A fast stand-in for the address substrate and the load balancer, to fill the cold start's world.
 
 The cold start needs thousands of attachments settled (Provisioned) before it measures anything, and
-the documented substrate model (``tests.support.substrate``: it plans over every object after each
+the documented substrate model (``harness.substrate``: it plans over every object after each
 batch of events) with MetalLB's real controller settle about 1.5 attachments a second. This stand-in
 writes, per minted claim and per rendered Service, the very objects and statuses they would leave
 behind, in the shapes the substrate publishes (``tests/fixtures/address-substrate/``) and the model
@@ -32,6 +32,15 @@ from typing import Any, Final
 
 from bench.endpointattachment.streams import Handler, follow, supervised
 from bench.gpuclass.coldstart import _retrying
+from harness.substrate import (
+    BOUND,
+    CLASS_RESOLVED,
+    REASON_BOUND,
+    REASON_RESOLVED,
+    RETAIN,
+    address_name,
+    class_cidrs,
+)
 from operators.endpointattachment.api import (
     ADDRESSES,
     API_VERSION,
@@ -44,15 +53,6 @@ from operators.endpointattachment.api import (
 from shared.conditions import TRUE, Condition, render, rfc3339
 from shared.kube import NO_ANSWER, ApiError, Kube, Obj
 from shared.resources import SERVICES
-from tests.support.substrate import (
-    BOUND,
-    CLASS_RESOLVED,
-    REASON_BOUND,
-    REASON_RESOLVED,
-    RETAIN,
-    address_name,
-    class_cidrs,
-)
 
 # Writes in flight (as many as the fill's creates: the API server is shared).
 WRITERS: Final = 8

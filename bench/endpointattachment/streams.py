@@ -12,7 +12,7 @@ Decides:
   (``hack.metallb``); the baseline Services and the rendered ones go through the very same MetalLB
   and the very same watch. Nothing here writes a Service.
 * CPU seconds of this process and of the whole machine, to tell where the time went (a process of
-  its own: ``bench.procfs``).
+  its own: ``harness.procfs``).
 
 Timestamps are ``time.perf_counter()`` of the benchmark process, taken when the event is handled.
 """

@@ -51,12 +51,14 @@ from datetime import datetime
 from pathlib import Path
 from typing import Any, Final, TypeVar
 
-from bench.controlplane import on_own_control_plane
 from bench.gpuclass.plainlist import COMMAND, PAGE_SIZE, pages
 from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import World, WorldSpec, build_world
-from bench.procfs import cpu_seconds, memory_bytes
 from hack.devcluster import ClusterInfo
+from harness.controlplane import on_own_control_plane
+from harness.manifests import ROOT, apply_all, load
+from harness.procfs import cpu_seconds, memory_bytes
+from harness.waiting import wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory
@@ -65,8 +67,6 @@ from operators.gpuclass.reconcile import decide
 from shared.kube import NO_ANSWER, REQUEST_POOL_SIZE, ApiError, Kube, Obj
 from shared.operator import STARTED_LOG
 from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.waiting import wait_for_object
 
 T = TypeVar("T")
 

@@ -41,7 +41,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, TypeVar
 
-from bench.controlplane import on_own_control_plane
 from bench.gpuclass.pure import collector_off
 from bench.gpuclass.report import Row, seconds, times
 from bench.gpuclass.world import (
@@ -54,7 +53,6 @@ from bench.gpuclass.world import (
     node_name,
     node_object,
 )
-from bench.procfs import cpu_seconds, memory_bytes
 from bench.slo import (
     QUEUE_P99_TARGET,
     STATUS_P99_TARGET,
@@ -64,6 +62,11 @@ from bench.slo import (
     tail_quantile,
 )
 from hack.devcluster import ClusterInfo
+from harness.controlplane import on_own_control_plane
+from harness.manifests import apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import cpu_seconds, memory_bytes
+from harness.waiting import wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import CONTROLLER_NAME, POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory, pod_key
@@ -71,9 +74,6 @@ from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled
 from operators.gpuclass.reconcile import ClassDecision, decide
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import KUBEVIRTS, NODES, PODS, SERVICE_ACCOUNTS
-from tests.support.manifests import apply_all, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import wait_for_object
 
 T = TypeVar("T")
 

@@ -1,7 +1,7 @@
 """The soak benchmark: ``python -m bench soak [--minutes N]``.
 
 A bounded churn run (20 minutes by default) with both operators running as processes against the
-local control plane, and the load balancer of the tests (``tests.support.loadbalancer``) answering
+local control plane, and the load balancer of the tests (``harness.loadbalancer``) answering
 the rendered Services. Attachments (some through claims), pods and GPU nodes are created and deleted
 at ten times the issue's trial rate (600 attachments and 1,800 pods churned in 10 minutes; see
 ``churn``). Every ``--interval`` seconds it samples both operators' RSS (``/proc/<pid>/status``),
@@ -42,17 +42,17 @@ import httpx
 
 from bench.endpointattachment.apimetrics import ApiServerMetrics
 from bench.endpointattachment.report import MULTIPLY, Row, table
-from bench.procfs import memory_bytes
 from bench.soak import analysis, churn, memwhere
 from hack.devcluster import LocalControlPlane
+from harness.lane import address_substrate
+from harness.loadbalancer import load_balancer
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import memory_bytes
+from harness.waiting import eventually
 from operators.endpointattachment.api import ATTACHMENTS
 from shared import events
 from shared.kube import Kube
 from shared.resources import EVENTS_V1
-from tests.support.lane import address_substrate
-from tests.support.loadbalancer import load_balancer
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually
 
 OPERATORS = {"gpuclass": "operators.gpuclass", "endpointattachment": "operators.endpointattachment"}
 TRACEBACK = "Traceback"

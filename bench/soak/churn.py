@@ -44,6 +44,9 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from harness.manifests import apply_all, load
+from harness.substrate import METALLB_PROVISIONER
+from harness.waiting import wait_for_object
 from operators.endpointattachment.api import ATTACHMENTS, CLAIMS, CLASSES
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube
@@ -53,9 +56,6 @@ from shared.lineage import (
     ApplicationRef,
 )
 from shared.resources import HELMRELEASES, NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES
-from tests.support.manifests import apply_all, load
-from tests.support.substrate import METALLB_PROVISIONER
-from tests.support.waiting import wait_for_object
 
 GROUP_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 NAMESPACE: Final = "soak"

@@ -12,11 +12,11 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
+from harness.ea_cluster import NODE
+from harness.substrate import API_VERSION as SUBSTRATE_API_VERSION
+from harness.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
 from shared.lineage import LABEL_TRUE
 from tests.catalogue.model import TENANT, Obj
-from tests.support.ea_cluster import NODE
-from tests.support.substrate import API_VERSION as SUBSTRATE_API_VERSION
-from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
 
 EA_API_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 ENDPOINT_ATTACHMENT_KIND: Final = "EndpointAttachment"

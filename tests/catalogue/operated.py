@@ -27,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from harness.substrate import CLAIM_ANNOTATION
 from operators.gpuclass import reasons as gpu
 from shared.lineage import TENANT_RESOURCE_LABEL
 from tests.catalogue.model import (
@@ -52,7 +53,6 @@ from tests.catalogue.objects import (
     service,
 )
 from tests.ea_builders import lineage_labels
-from tests.support.substrate import CLAIM_ANNOTATION
 
 # Condition types (Cozystack's).
 CONDITION_RESOLVED: Final = "Resolved"

@@ -37,6 +37,10 @@ import yaml
 
 from hack.devcluster import ClusterInfo
 from hack.substrate import driver_kubeconfig
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import ROOT, apply_all, kubectl, load, policies_installed
+from harness.substrate import CLAIM_ANNOTATION, CLAIMS, METALLB_IPS_ANNOTATION, PINNED_MARKER
+from harness.waiting import eventually, wait_for_object
 from shared.kube import ApiError, Kube, Obj
 from shared.lineage import TENANT_RESOURCE_LABEL
 from shared.resources import (
@@ -51,10 +55,6 @@ from shared.resources import (
     Resource,
 )
 from tests.ea_builders import lineage_labels
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import ROOT, apply_all, kubectl, load, policies_installed
-from tests.support.substrate import CLAIM_ANNOTATION, CLAIMS, METALLB_IPS_ANNOTATION, PINNED_MARKER
-from tests.support.waiting import eventually, wait_for_object
 
 POLICY_DIR: Final = "config/admission/endpointattachment"
 OPTIONAL_POLICY_DIR: Final = f"{POLICY_DIR}/optional"

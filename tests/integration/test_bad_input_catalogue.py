@@ -10,7 +10,7 @@ rendered Service keep their resourceVersions), no operator logged a traceback, b
 within seconds (CPU time from /proc/<pid>/stat), the substrate's IPAddresses are those of the
 sentinels again (the catalogue's classes reclaim with Delete: nothing leaked), and no address is
 Provisioned on two attachments. The address substrate is its real CRDs and the model of its
-controllers (tests/support/substrate.py); the group ``datapath`` runs the operator with the
+controllers (harness/substrate.py); the group ``datapath`` runs the operator with the
 platform's cozy-proxy contract declared.
 
 ``python -m tests.catalogue`` prints the refused / conditioned / handled counts of the table.
@@ -30,6 +30,14 @@ from typing import Any
 import pytest
 
 from hack.devcluster import ClusterInfo
+from harness.ea_cluster import NODE, ea_operator
+from harness.identity import serviceaccount_kubeconfig
+from harness.lane import address_substrate
+from harness.loadbalancer import load_balancer
+from harness.manifests import apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.substrate import BOUND, REASON_BOUND
+from harness.waiting import eventually, wait_for_object
 from operators.endpointattachment.api import ADDRESSES, ATTACHMENTS, CLAIMS, CLASSES
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
@@ -61,14 +69,6 @@ from tests.catalogue.objects import (
 )
 from tests.catalogue.operated import CONDITION_PROVISIONED, REASON_PROVISIONED, ready_pod
 from tests.ea_builders import lineage_labels
-from tests.support.ea_cluster import NODE, ea_operator
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.lane import address_substrate
-from tests.support.loadbalancer import load_balancer
-from tests.support.manifests import apply_all, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.substrate import BOUND, REASON_BOUND
-from tests.support.waiting import eventually, wait_for_object
 
 FIELD_MANAGER = "cozystack-catalogue"
 KINDS: dict[str, Resource] = {

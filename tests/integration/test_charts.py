@@ -29,14 +29,14 @@ import yaml
 
 from hack.devcluster import ClusterInfo
 from hack.substrate import DRIVER_USERNAME
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import ROOT, apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.waiting import eventually
 from operators.endpointattachment.api import ATTACHMENTS
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
 from shared.resources import CRDS, DEPLOYMENTS, LEASES, NAMESPACES, SERVICE_ACCOUNTS, Resource
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually
 
 OPERATORS = ("gpuclass", "endpointattachment")
 # The namespace each operator's config/ installs into (config/default/<operator>/namespace.yaml).

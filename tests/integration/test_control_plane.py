@@ -14,6 +14,9 @@ from typing import Any
 import pytest
 
 from hack.devcluster import ClusterInfo
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import wait_for_established
+from harness.waiting import eventually, quota_in_force, wait_for_object
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import (
     CONFIGMAPS,
@@ -28,9 +31,6 @@ from shared.resources import (
     SERVICES,
     Resource,
 )
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import wait_for_established
-from tests.support.waiting import eventually, quota_in_force, wait_for_object
 
 WIDGETS = Resource("test.cozystack.io/v1", "widgets")
 

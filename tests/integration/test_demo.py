@@ -25,7 +25,7 @@ def test_the_demo_shows_a_tenant_and_a_hoster_what_they_need() -> None:
     assert result.returncode == 0, output[-4000:]
     for expected in (
         # The addresses come from the lane's substrate, and the demo says which.
-        "its real controllers" if lane() == "real" else "documented model (tests/support/substrate.py)",
+        "its real controllers" if lane() == "real" else "documented model (harness/substrate.py)",
         "WHAT A TENANT SEES",
         "ResourceNameConflict",  # h200-premium
         "NotPermitted",  # rtx4090

@@ -25,10 +25,10 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from harness.manifests import ROOT, apply_all, kubectl, load
+from harness.waiting import eventually
 from shared.kube import Kube, Obj
 from shared.resources import CRDS, DEPLOYMENTS, NAMESPACES, PDBS, SUBJECT_ACCESS_REVIEWS
-from tests.support.manifests import ROOT, apply_all, kubectl, load
-from tests.support.waiting import eventually
 
 # Each Deployment runs this many replicas, one of which leads; the PodDisruptionBudget keeps this many.
 REPLICAS = 2

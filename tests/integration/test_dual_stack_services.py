@@ -21,10 +21,10 @@ import pytest
 
 from hack.devcluster import external_cluster
 from hack.metallb import POOLS, MetalLB, declare_pool
+from harness.substrate import METALLB_IPS_ANNOTATION
+from harness.waiting import wait_for_object
 from shared.kube import Kube, Obj
 from shared.resources import SERVICES, Resource
-from tests.support.substrate import METALLB_IPS_ANNOTATION
-from tests.support.waiting import wait_for_object
 
 # The launcher's Service CIDRs (hack/controlplane/cmd/devcluster/main.go), primary first.
 SERVICE_CIDR_V4: Final = ipaddress.ip_network("10.96.0.0/16")

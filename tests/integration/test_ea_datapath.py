@@ -1,9 +1,9 @@
 """Provisioned means programmed: the VM modes (``spec.loadBalancer.method``) against a model of
-cozy-proxy (``tests.support.cozyproxy``), on the local control plane, with the operator as a
+cozy-proxy (``harness.cozyproxy``), on the local control plane, with the operator as a
 subprocess under its own ServiceAccount, run with ``--vm-datapath=cozy-proxy`` (the platform's
 declaration that a cozy-proxy contract implementor is deployed).
 
-Addresses come from the address substrate's model (``tests.support.substrate``: a class per test,
+Addresses come from the address substrate's model (``harness.substrate``: a class per test,
 a claim minted by each attachment, the pin on the rendered Service), assigned by real MetalLB.
 
 Every test asserts the datapath (which pod an address reaches, a pod's port filter), not only
@@ -28,16 +28,14 @@ import pytest
 
 from hack.devcluster import ClusterInfo
 from hack.metallb import declare_pool
-from shared.kube import ApiError, Kube, Obj
-from shared.resources import ENDPOINT_SLICES, ENDPOINTS, PODS, SERVICE_ACCOUNTS, SERVICES
-from tests.support.cozyproxy import (
+from harness.cozyproxy import (
     ALLOW_ICMP_ANNOTATION,
     PROXY_NAME_LABEL,
     WHOLE_IP_ANNOTATION,
     CozyProxyModel,
     cozy_proxy,
 )
-from tests.support.ea_cluster import (
+from harness.ea_cluster import (
     ATTACHED,
     ATTACHMENT_LABEL,
     ATTACHMENTS,
@@ -58,10 +56,12 @@ from tests.support.ea_cluster import (
     message,
     wait_attachment,
 )
-from tests.support.following import cancel_all, following
-from tests.support.operators import RunningOperator
-from tests.support.substrate import DELETE, METALLB_IPS_ANNOTATION
-from tests.support.waiting import eventually, wait_for_object
+from harness.following import cancel_all, following
+from harness.operators import RunningOperator
+from harness.substrate import DELETE, METALLB_IPS_ANNOTATION
+from harness.waiting import eventually, wait_for_object
+from shared.kube import ApiError, Kube, Obj
+from shared.resources import ENDPOINT_SLICES, ENDPOINTS, PODS, SERVICE_ACCOUNTS, SERVICES
 
 # How long one change may take to travel through two watches (the operator's, the model's) before a
 # Provisioned attachment whose address the model does not deliver to its own pod counts as broken.

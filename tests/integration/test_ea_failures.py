@@ -16,8 +16,8 @@ One test per case:
   plane runs it): the operator's own writes pass, a writer without the grants is refused;
 * the sample ResourceQuota of ``config/samples`` limits a tenant's claims and attachments.
 
-The address substrate is its model (``tests/support/substrate.py``) over MetalLB's real controller
-(``tests.support.loadbalancer``); no test here writes a Service's ``status.loadBalancer``.
+The address substrate is its model (``harness/substrate.py``) over MetalLB's real controller
+(``harness.loadbalancer``); no test here writes a Service's ``status.loadBalancer``.
 """
 
 from __future__ import annotations
@@ -31,9 +31,7 @@ from typing import Final
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import ApiError, Kube
-from shared.resources import RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS, SERVICES, Resource
-from tests.support.ea_cluster import (
+from harness.ea_cluster import (
     ATTACHMENT_CONTROLLER,
     ATTACHMENTS,
     CLAIM_ANNOTATION,
@@ -52,11 +50,13 @@ from tests.support.ea_cluster import (
     reconciles,
     wait_attachment,
 )
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import load
-from tests.support.operators import RunningOperator
-from tests.support.substrate import METALLB_IPS_ANNOTATION
-from tests.support.waiting import eventually, quota_in_force, wait_for_object
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import load
+from harness.operators import RunningOperator
+from harness.substrate import METALLB_IPS_ANNOTATION
+from harness.waiting import eventually, quota_in_force, wait_for_object
+from shared.kube import ApiError, Kube
+from shared.resources import RESOURCE_QUOTAS, ROLE_BINDINGS, ROLES, SERVICE_ACCOUNTS, SERVICES, Resource
 
 # The tenant-facing Service of application "db", every attachment's endpoint here.
 ENDPOINT: Final = "postgres-db-rw"

@@ -2,7 +2,7 @@
 ServiceAccount and ClusterRole (config/rbac/endpointattachment), serving Cozystack's own
 ``EndpointAttachment`` and consuming Cozystack's address substrate: the substrate's real CRDs
 (``tests/fixtures/address-substrate/``), the substrate's controllers played by their documented model
-(``tests/support/substrate.py``), MetalLB's real controller assigning the pinned addresses, Flux's
+(``harness/substrate.py``), MetalLB's real controller assigning the pinned addresses, Flux's
 real HelmRelease CRD. The tests play the other missing parts through the API: Cozystack's lineage
 webhook (labels on the apps' Services) and the kubelet (Pods marked Ready with an IP).
 
@@ -34,12 +34,7 @@ from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from hack.metallb import metallb
-from shared.events import BURST
-from shared.kube import ApiError, Kube, Obj
-from shared.lineage import APPLICATION_GROUP_LABEL, APPLICATION_KIND_LABEL, APPLICATION_NAME_LABEL
-from shared.resources import CONFIGMAPS, EVENTS_V1, HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES
-from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
-from tests.support.ea_cluster import (
+from harness.ea_cluster import (
     ADDRESSES,
     ATTACHED,
     ATTACHMENT_CONTROLLER,
@@ -72,12 +67,17 @@ from tests.support.ea_cluster import (
     service_body,
     wait_attachment,
 )
-from tests.support.lane import address_substrate
-from tests.support.manifests import apply_all, kubectl, load, policies_installed
-from tests.support.operators import RunningOperator
-from tests.support.otlp import attributes, otlp_receiver
-from tests.support.substrate import METALLB_IPS_ANNOTATION
-from tests.support.waiting import eventually, wait_for_object
+from harness.lane import address_substrate
+from harness.manifests import apply_all, kubectl, load, policies_installed
+from harness.operators import RunningOperator
+from harness.otlp import attributes, otlp_receiver
+from harness.substrate import METALLB_IPS_ANNOTATION
+from harness.waiting import eventually, wait_for_object
+from shared.events import BURST
+from shared.kube import ApiError, Kube, Obj
+from shared.lineage import APPLICATION_GROUP_LABEL, APPLICATION_KIND_LABEL, APPLICATION_NAME_LABEL
+from shared.resources import CONFIGMAPS, EVENTS_V1, HELMRELEASES, NAMESPACES, SERVICE_ACCOUNTS, SERVICES
+from shared.telemetry.tracing import TRACEPARENT_ANNOTATION
 
 # The garbage collector acts as its own ServiceAccount (the control plane runs kube-controller-manager
 # with --use-service-account-credentials).

@@ -2,8 +2,8 @@
 (cut, then half-open) loses nothing the operator must act on.
 
 Both proofs run the real operator as a subprocess under its own ServiceAccount
-(``tests.support.ea_cluster``), against the local control plane, with the lane's address substrate
-(``tests.support.lane``: the real one or its model) and MetalLB's real controller assigning the
+(``harness.ea_cluster``), against the local control plane, with the lane's address substrate
+(``harness.lane``: the real one or its model) and MetalLB's real controller assigning the
 pinned addresses.
 
 * ``test_restarts_change_nothing`` provisions one attachment in each of ``NAMESPACE_COUNT``
@@ -19,7 +19,7 @@ pinned addresses.
   conflict never Provisioned. The Services' and the claims' UIDs are the same after, and no second
   claim was minted.
 * ``test_deletions_while_cut_off_and_a_half_open_network`` runs the operator through the fault proxy
-  (``tests.support.faultproxy``). While the proxy refuses (and the operator has lost its watches),
+  (``harness.faultproxy``). While the proxy refuses (and the operator has lost its watches),
   an admin deletes a rendered Service, an endpoint Service, and a namespace with its attachment;
   once the proxy forwards again, the operator's re-lists must show it all: it renders the first
   again (the same address: its claim was kept), detaches the second (``EndpointDetached``: Service
@@ -33,7 +33,7 @@ pinned addresses.
   served; an endpoint deleted then shows in the status within 15 s (issue 18), the same process
   still leading.
 
-Every wait is on a condition with a deadline (``tests.support.waiting``), never a bare sleep.
+Every wait is on a condition with a deadline (``harness.waiting``), never a bare sleep.
 """
 
 from __future__ import annotations
@@ -54,10 +54,7 @@ import pytest
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
 from hack.substrate import lane, pool_name
-from shared.kube import NO_ANSWER, ApiError, Kube, Obj
-from shared.resources import HELMRELEASES, NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES
-from shared.runtime.cache import Key, key_of
-from tests.support.ea_cluster import (
+from harness.ea_cluster import (
     ADDRESSES,
     ATTACHMENT_CONTROLLER,
     ATTACHMENT_LABEL,
@@ -83,10 +80,13 @@ from tests.support.ea_cluster import (
     service_body,
     wait_attachment,
 )
-from tests.support.faultproxy import Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
-from tests.support.operators import RunningOperator
-from tests.support.substrate import DELETE, address_name
-from tests.support.waiting import eventually, wait_for_object
+from harness.faultproxy import Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
+from harness.operators import RunningOperator
+from harness.substrate import DELETE, address_name
+from harness.waiting import eventually, wait_for_object
+from shared.kube import NO_ANSWER, ApiError, Kube, Obj
+from shared.resources import HELMRELEASES, NAMESPACES, PODS, SERVICE_ACCOUNTS, SERVICES
+from shared.runtime.cache import Key, key_of
 
 # --- the load of the restart proof ---------------------------------------------------------------
 

@@ -19,6 +19,10 @@ from typing import Any, Final
 import pytest
 import yaml
 
+from harness.manifests import ROOT, apply_all, load
+from harness.quota import quota_in_force
+from harness.tables import printed_row
+from harness.waiting import wait_for_object
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import RESOURCE_QUOTAS, Resource
 from tests.catalogue.admission import (
@@ -32,10 +36,6 @@ from tests.catalogue.admission import (
     PORT_LIST_PORTS,
 )
 from tests.catalogue.admission import ICMP as ICMP_PORT_LIST_ONLY
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.quota import quota_in_force
-from tests.support.tables import printed_row
-from tests.support.waiting import wait_for_object
 
 GROUP: Final = "local.sdn.cozystack.io"
 API_VERSION: Final = f"{GROUP}/v1alpha1"

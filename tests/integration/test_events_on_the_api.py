@@ -7,11 +7,11 @@ from __future__ import annotations
 from typing import Final
 
 from hack.devcluster import ClusterInfo
+from harness.manifests import kubectl
 from shared.events import Recorder
 from shared.kube import Kube, Obj
 from shared.resources import CONFIGMAPS, EVENTS_V1
 from shared.runtime.writes import Writer
-from tests.support.manifests import kubectl
 
 CONTROLLER: Final = "cozystack.io/test-recorder"
 

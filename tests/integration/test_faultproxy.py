@@ -1,4 +1,4 @@
-"""The fault proxy (tests/support/faultproxy.py) breaks the network between ``shared.kube.Kube`` and
+"""The fault proxy (harness/faultproxy.py) breaks the network between ``shared.kube.Kube`` and
 the real API server the way each of its modes promises, and forwarding again heals it.
 
 Each test talks to the API server through its own proxy, with a client whose timeouts are short
@@ -16,9 +16,7 @@ from pathlib import Path
 import pytest
 
 from hack.devcluster import ClusterInfo
-from shared.kube import NO_ANSWER, ApiTimeoutError, Kube, Timeout
-from shared.resources import NAMESPACES, Resource
-from tests.support.faultproxy import (
+from harness.faultproxy import (
     LISTEN_HOST,
     FaultProxy,
     Mode,
@@ -26,6 +24,8 @@ from tests.support.faultproxy import (
     kubeconfig_server,
     proxy_kubeconfig,
 )
+from shared.kube import NO_ANSWER, ApiTimeoutError, Kube, Timeout
+from shared.resources import NAMESPACES, Resource
 
 # A call through the proxy waits this long for a connection and for each read: short, so that a
 # blackholed call fails quickly, yet far above what the local API server needs.

@@ -17,6 +17,9 @@ from typing import Any, Final
 
 import pytest
 
+from harness.manifests import apply_all, load
+from harness.operators import RunningOperator
+from harness.tables import printed_row
 from operators.gpuclass.api import DEVICE_CLASSES, GPUCLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from shared.kube import ApiError, Kube, Obj
 from tests.gpuclass_builders import (
@@ -43,9 +46,6 @@ from tests.integration.test_gpuclass_operator import (  # the same operator, wor
     wait_for_table,
     world,  # noqa: F401
 )
-from tests.support.manifests import apply_all, load
-from tests.support.operators import RunningOperator
-from tests.support.tables import printed_row
 
 DEVICE_CLASS: Final = "it-h200"
 SELECTOR: Final = (

@@ -20,6 +20,11 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import ROOT, apply_all, delete_crd, load
+from harness.operators import RunningOperator, operator_process
+from harness.tables import printed_row
+from harness.waiting import eventually, wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS, Resource
@@ -32,11 +37,6 @@ from tests.gpuclass_builders import (
     reference_nodes,
     reference_pods,
 )
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import ROOT, apply_all, delete_crd, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.tables import printed_row
-from tests.support.waiting import eventually, wait_for_object
 
 KUBEVIRT_CRD = "kubevirts.kubevirt.io"
 KUBEVIRT_NAMESPACE = "cozy-kubevirt"

@@ -40,17 +40,17 @@ import httpx
 import pytest
 
 from hack.devcluster import ClusterInfo
+from harness.faultproxy import FaultProxy, Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.waiting import eventually, wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import LEASES, PODS, SERVICE_ACCOUNTS
 from shared.runtime.manager import LeaderElection
 from tests.gpuclass_builders import gpu_pod, make_class, make_node
 from tests.integration.test_gpuclass_operator import LEASE, OPERATOR_NAMESPACE, GPUWorld, operator_rbac
-from tests.support.faultproxy import FaultProxy, Mode, fault_proxy, kubeconfig_server, proxy_kubeconfig
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import apply_all, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually, wait_for_object
 
 # A resource name no other test uses, so no other test's nodes or classes count here.
 RESOURCE: Final = "example.com/resilience-gpu"

@@ -34,6 +34,8 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from harness.node import _component_flags, build_node
+from harness.waiting import eventually
 from operators.gpuclass.api import DEVICE_CLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
@@ -43,8 +45,6 @@ from operators.gpuclass.vmshape import DEFAULT_OVERHEAD, MIB, launcher_request, 
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import NODES, PODS
 from tests.gpuclass_builders import GPU_TOLERATION, make_class, make_kubevirt_cr, taint
-from tests.support.node import _component_flags, build_node
-from tests.support.waiting import eventually
 
 WORLDS: Final = int(os.environ.get("GPUCLASS_AGREEMENT_WORLDS", "30"))
 FIRST_SEED: Final = int(os.environ.get("GPUCLASS_AGREEMENT_SEED", "1"))

@@ -6,9 +6,9 @@ from typing import Any
 
 import pytest
 
+from harness.manifests import apply_all, load
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
-from tests.support.manifests import apply_all, load
 
 # The refusal of a malformed resource name says what the name must look like (no regex).
 RESOURCE_NAME_SHAPE = "resourceName must look like vendor.com/NAME"

@@ -21,14 +21,14 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from harness.identity import cluster_ca
+from harness.image import ULIMITS, build_image, image_container, serviceaccount_dir
+from harness.manifests import ROOT, apply_all, load
+from harness.operators import free_port
+from harness.waiting import eventually, wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube
 from shared.resources import LEASES, SERVICE_ACCOUNTS
-from tests.support.identity import cluster_ca
-from tests.support.image import ULIMITS, build_image, image_container, serviceaccount_dir
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.operators import free_port
-from tests.support.waiting import eventually, wait_for_object
 
 OPERATOR_NAMESPACE = "cozy-gpuclass"
 SERVICE_ACCOUNT = "gpuclass-operator"

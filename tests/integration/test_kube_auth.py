@@ -22,11 +22,11 @@ import pytest
 import yaml
 
 from hack.devcluster import ClusterInfo
+from harness.identity import serviceaccount_kubeconfig
 from shared.credentials import Credentials
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import CONFIGMAPS, SERVICE_ACCOUNTS, Resource
 from shared.runtime.cache import Informer, Store
-from tests.support.identity import serviceaccount_kubeconfig
 
 SECRETS = Resource("v1", "secrets")
 DEADLINE = 30.0  # seconds; each wait here is over in well under one on an idle control plane

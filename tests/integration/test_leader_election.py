@@ -1,7 +1,7 @@
 """Two replicas of each operator on one Lease, on the local control plane: issue 9's proofs that
 leader election holds with real processes, a real API server and real signals.
 
-Each replica is ``python -m operators.<name>`` as a subprocess (``tests.support.operators``) under the
+Each replica is ``python -m operators.<name>`` as a subprocess (``harness.operators``) under the
 operator's own ServiceAccount, authorised by config/rbac/<operator> only (the ClusterRole and the
 leader-election Role on Leases), both on one Lease named per test (``--leader-election-id``), so no
 test inherits a Lease another test's replica still holds. Each replica gets a distinct ``POD_NAME``,
@@ -44,13 +44,7 @@ import httpx
 import pytest
 
 from hack.devcluster import ClusterInfo
-from operators.gpuclass.api import GPUCLASSES
-from shared.kube import Kube, Obj
-from shared.resources import LEASES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
-from shared.runtime.manager import LeaderElection
-from tests.gpuclass_builders import gpu_pod, make_node
-from tests.gpuclass_builders import make_class as make_gpu_class
-from tests.support.ea_cluster import (
+from harness.ea_cluster import (
     ATTACHMENT_LABEL,
     ATTACHMENTS,
     CLAIMS,
@@ -61,10 +55,16 @@ from tests.support.ea_cluster import (
     controller_uid,
     ea_world,
 )
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import apply_all, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually, wait_for_object
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.waiting import eventually, wait_for_object
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube, Obj
+from shared.resources import LEASES, NODES, PODS, SERVICE_ACCOUNTS, SERVICES, Resource
+from shared.runtime.manager import LeaderElection
+from tests.gpuclass_builders import gpu_pod, make_node
+from tests.gpuclass_builders import make_class as make_gpu_class
 
 # --- the runtime's lease timings (its defaults: no flag changes them) --------------------------------
 

@@ -28,14 +28,14 @@ import yaml
 from prometheus_client.parser import text_string_to_metric_families
 
 from hack.devcluster import ClusterInfo
+from harness.ea_cluster import ATTACHMENTS, attachment_body, ea_crds_and_node, ea_operator
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import ROOT, apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.waiting import eventually
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
 from shared.resources import NODES
-from tests.support.ea_cluster import ATTACHMENTS, attachment_body, ea_crds_and_node, ea_operator
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually
 
 OPERATORS = ("gpuclass", "endpointattachment")
 PROMTOOL_FIXTURES = ROOT / "tests" / "fixtures" / "promtool"

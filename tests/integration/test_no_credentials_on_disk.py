@@ -16,10 +16,10 @@ import httpx
 import pytest
 
 from hack.devcluster import ClusterInfo
+from harness.operators import operator_process
+from harness.waiting import eventually
 from shared.kube import Kube
 from shared.resources import NAMESPACES
-from tests.support.operators import operator_process
-from tests.support.waiting import eventually
 
 REAUTHENTICATIONS = 3
 STARTS = 2

@@ -1,4 +1,4 @@
-"""Both operators installed as shipped, run by a real kubelet (tests/support/node.py).
+"""Both operators installed as shipped, run by a real kubelet (harness/node.py).
 
 The GPUClass operator from the kustomize tree (config/default/gpuclass), the EndpointAttachment
 operator from its Helm chart (charts/endpointattachment), each with only the image overridden to the
@@ -39,6 +39,13 @@ import yaml
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
 from hack.metallb import MetalLB, metallb
 from hack.substrate import pool_name
+from harness.following import follow
+from harness.image import build_image
+from harness.lane import address_substrate
+from harness.manifests import ROOT, apply_all, load
+from harness.node import NodeInfo, running_node
+from harness.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
+from harness.waiting import eventually, wait_for_object
 from operators.endpointattachment.api import ATTACHMENT_KIND, ATTACHMENTS, CLAIM_ANNOTATION, CLAIMS, CLASSES
 from operators.gpuclass import reasons
 from operators.gpuclass.api import GPUCLASSES
@@ -50,13 +57,6 @@ from shared.lineage import (
 )
 from shared.ownership import is_controlled_by
 from shared.resources import DEPLOYMENTS, HELMRELEASES, LEASES, NAMESPACES, PDBS, PODS, SERVICES
-from tests.support.following import follow
-from tests.support.image import build_image
-from tests.support.lane import address_substrate
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.node import NodeInfo, running_node
-from tests.support.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
-from tests.support.waiting import eventually, wait_for_object
 
 SHIPPED_IMAGE = "ghcr.io/cozystack/cozystack-operators"
 LEASE_DURATION_SECONDS = 15.0  # shared.runtime.manager.LeaderElection's default

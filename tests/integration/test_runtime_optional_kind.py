@@ -17,13 +17,13 @@ import pytest
 from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
+from harness.waiting import wait_for_object
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import CRDS, Resource
 from shared.runtime.controller import Cache
 from shared.runtime.manager import Manager
 from shared.runtime.served import crd_name, established
 from shared.telemetry.tracing import Tracing
-from tests.support.waiting import wait_for_object
 
 GROUP: Final = "optional.test.cozystack.io"
 GADGETS: Final = Resource(f"{GROUP}/v1", "gadgets", namespaced=False)

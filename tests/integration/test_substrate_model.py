@@ -1,9 +1,9 @@
 """The address substrate's model against the real one: the same scenarios, the same answers.
 
-Every scenario runs on the model lane (``tests/support/substrate.py``) and, when the real binaries
+Every scenario runs on the model lane (``harness/substrate.py``) and, when the real binaries
 are named (``COZY_SUBSTRATE_BIN``, see ``hack/substrate.py``), on the real lane too, each on the
 session's control plane with the substrate's real CRDs and the session's real MetalLB. A scenario
-asserts only what the real substrate was seen to do (``tests/support/substrate.py``'s docstring
+asserts only what the real substrate was seen to do (``harness/substrate.py``'s docstring
 lists it), so a difference between the lanes is a failing test. The module's namespace, classes,
 addresses and pools are removed at the end of each lane (its classes draw from 192.0.2.0/24 and
 2001:db8:100::/56, which no other test uses).
@@ -24,14 +24,12 @@ import pytest
 
 from hack.metallb import MetalLB
 from hack.substrate import PLACEHOLDER_NAMESPACE, Lane, bin_dir, pool_name
-from shared.kube import Kube, Obj
-from shared.resources import ENDPOINTS, NAMESPACES, SERVICES
-from tests.support.cozyproxy import DEFAULT_PROXY_NAME, PROXY_NAME_LABEL, cozy_proxy
-from tests.support.ea_cluster import address_class_body, claim_body
-from tests.support.lane import Substrate, address_substrate
-from tests.support.loadbalancer import load_balancer
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.substrate import (
+from harness.cozyproxy import DEFAULT_PROXY_NAME, PROXY_NAME_LABEL, cozy_proxy
+from harness.ea_cluster import address_class_body, claim_body
+from harness.lane import Substrate, address_substrate
+from harness.loadbalancer import load_balancer
+from harness.manifests import ROOT, apply_all, load
+from harness.substrate import (
     ADDRESSES,
     CLAIM_ANNOTATION,
     CLAIM_PROTECTION_FINALIZER,
@@ -46,7 +44,9 @@ from tests.support.substrate import (
     address_name,
     substrate,
 )
-from tests.support.waiting import eventually, wait_for_object
+from harness.waiting import eventually, wait_for_object
+from shared.kube import Kube, Obj
+from shared.resources import ENDPOINTS, NAMESPACES, SERVICES
 
 FIXTURES: Final = ROOT / "tests" / "fixtures" / "address-substrate"
 TIMEOUT: Final = 60.0

@@ -20,6 +20,12 @@ from typing import Any, Final
 import pytest
 
 from hack.devcluster import ClusterInfo
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import ROOT, apply_all, load
+from harness.operators import operator_process
+from harness.quota import quota_in_force
+from harness.substrate import ADDRESSES, CLAIMS, CLASSES, METALLB_PROVISIONER
+from harness.waiting import eventually, wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import NODES, PODS, SERVICES
@@ -41,12 +47,6 @@ from tests.integration.test_admission_policy import (
     refusal,
     service_body,
 )
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.operators import operator_process
-from tests.support.quota import quota_in_force
-from tests.support.substrate import ADDRESSES, CLAIMS, CLASSES, METALLB_PROVISIONER
-from tests.support.waiting import eventually, wait_for_object
 
 GPU_OPERATOR_NAMESPACE: Final = "cozy-gpuclass"
 GPU_RESOURCE: Final = "nvidia.com/GH100_H200_SXM_141GB"

@@ -4,8 +4,8 @@ through Jaeger's query API, as a hoster would read them.
 The operators run as subprocesses under their own ServiceAccounts and ClusterRoles and export over
 OTLP/HTTP to Jaeger, keeping half of the passes that change nothing (so some passes are never
 exported, and no link may point at one of them). The load balancer is MetalLB
-(``tests.support.loadbalancer``). The test drives a claim, an attachment bound to it, an attachment
-minted from a class (addresses from the address substrate's model, ``tests.support.substrate``),
+(``harness.loadbalancer``). The test drives a claim, an attachment bound to it, an attachment
+minted from a class (addresses from the address substrate's model, ``harness.substrate``),
 and GPU classes through a few passes each, then asserts on what Jaeger holds:
 
 * one trace per pass: every trace has exactly one root, and it is a ``reconcile <Kind>`` span;
@@ -32,10 +32,7 @@ import pytest
 from hack.devcluster import ClusterInfo
 from hack.jaeger import Jaeger, running_jaeger
 from hack.waterfall import LINK_PREVIOUS, Span, passes_of, render_waterfall
-from operators.gpuclass.api import GPUCLASSES
-from shared.kube import Kube, Obj
-from shared.resources import NODES, PODS, SERVICE_ACCOUNTS
-from tests.support.ea_cluster import (
+from harness.ea_cluster import (
     ATTACHMENTS,
     CONDITION_PROVISIONED,
     Tenant,
@@ -44,10 +41,13 @@ from tests.support.ea_cluster import (
     ea_operator,
     ea_world,
 )
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.manifests import apply_all, load
-from tests.support.operators import RunningOperator, operator_process
-from tests.support.waiting import eventually, wait_for_object
+from harness.identity import serviceaccount_kubeconfig
+from harness.manifests import apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.waiting import eventually, wait_for_object
+from operators.gpuclass.api import GPUCLASSES
+from shared.kube import Kube, Obj
+from shared.resources import NODES, PODS, SERVICE_ACCOUNTS
 
 EA_SERVICE: Final = "cozystack-endpointattachment-operator"
 GPU_SERVICE: Final = "cozystack-gpuclass-operator"

@@ -1,4 +1,4 @@
-"""The cozy-proxy model (``tests.support.cozyproxy``) itself: one row per behaviour of cozy-proxy
+"""The cozy-proxy model (``harness.cozyproxy``) itself: one row per behaviour of cozy-proxy
 it stands for, driven by events as its watches would deliver them. ``test_model`` runs the model
 without the address-before-Endpoints race (its rows are about everything else, in either order of
 events); ``test_race`` is the race."""
@@ -10,7 +10,7 @@ from typing import Any
 
 import pytest
 
-from tests.support.cozyproxy import CozyProxyModel
+from harness.cozyproxy import CozyProxyModel
 
 NS = "tenant-a"
 Obj = dict[str, Any]

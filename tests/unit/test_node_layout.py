@@ -1,4 +1,4 @@
-"""tests.support.node_layout: the test node's configuration carries the measured traps, and every
+"""harness.node_layout: the test node's configuration carries the measured traps, and every
 path and address stays inside what the node owns (its directory, its network namespace)."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.node_layout import (
+from harness.node_layout import (
     API_SERVICE_IP,
     NODE_IP,
     POD_SUBNET,

@@ -6,7 +6,7 @@ from __future__ import annotations
 import yaml
 
 from hack.substrate import DRIVER_USERNAME
-from tests.support.manifests import ROOT
+from harness.manifests import ROOT
 
 POLICY = ROOT / "config" / "admission" / "endpointattachment" / "rendered_services_policy.yaml"
 

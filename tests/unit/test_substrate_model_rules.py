@@ -1,4 +1,4 @@
-"""The substrate model (``tests.support.substrate``) itself: one row per rule of the real substrate it
+"""The substrate model (``harness.substrate``) itself: one row per rule of the real substrate it
 stands for, driven without a cluster. ``Store`` plays the API server: it applies each planned write
 (merge patches, plain Updates, the status subresource, finalizers, 409 on a taken name) and feeds the
 result back as a watch event, until the model has nothing left to write."""
@@ -13,9 +13,8 @@ from typing import Any
 import pytest
 
 from hack.substrate import PLACEHOLDER_NAMESPACE
-from shared.resources import SERVICES, Resource
-from tests.support.mergepatch import merge_patch
-from tests.support.substrate import (
+from harness.mergepatch import merge_patch
+from harness.substrate import (
     ADDRESSES,
     CLAIM_ANNOTATION,
     CLAIM_PROTECTION_FINALIZER,
@@ -32,6 +31,7 @@ from tests.support.substrate import (
     Write,
     address_name,
 )
+from shared.resources import SERVICES, Resource
 
 Obj = dict[str, Any]
 NS = "tenant-a"

@@ -17,6 +17,7 @@ import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
+from harness.manifests import load
 from operators.gpuclass.api import DEVICE_CLASSES, GPUCLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.gpuclass.controller import (
     ALL_CLASSES,
@@ -57,7 +58,6 @@ from tests.gpuclass_builders import (
     reference_nodes,
     reference_pods,
 )
-from tests.support.manifests import load
 
 NOW = datetime.fromisoformat("2025-03-01T12:00:00+00:00")
 SETTINGS = Settings(debounce_seconds=0.0)  # no hold: a woken key is ready at once

@@ -10,6 +10,7 @@ import pytest
 from hypothesis import given
 from hypothesis import strategies as st
 
+from harness.manifests import load
 from operators.gpuclass import reasons
 from operators.gpuclass.inventory import Inventory, pod_key
 from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled, Unreadable
@@ -49,7 +50,6 @@ from tests.gpuclass_builders import (
     reference_pods,
     taint,
 )
-from tests.support.manifests import load
 
 PERMITS_ALL = Found(make_kubevirt_cr(unrestricted=True))
 

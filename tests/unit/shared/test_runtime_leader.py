@@ -16,11 +16,11 @@ from typing import Any, Literal
 import pytest
 from prometheus_client import CollectorRegistry
 
+from harness.virtualtime import now, virtual_time
 from shared.kube import ApiError, Obj
 from shared.resources import LEASES
 from shared.runtime.leader import ATTEMPT_PERIODS, LeaderElector, microtime
 from shared.runtime.metrics import LeaderMetrics
-from tests.support.virtualtime import now, virtual_time
 
 NAMESPACE, NAME = "cozy-system", "gpuclass-operator"
 PATH = LEASES.path(NAMESPACE, NAME)

@@ -13,9 +13,9 @@ import random
 import pytest
 from prometheus_client import CollectorRegistry
 
+from harness.virtualtime import now, virtual_time
 from shared.runtime.metrics import RESULTS, ControllerMetrics, QueueMetrics
 from shared.runtime.queue import QueueShutDown, RateLimiter, WorkQueue
-from tests.support.virtualtime import now, virtual_time
 
 
 async def get_within(queue: WorkQueue[str], seconds: float) -> str | None:

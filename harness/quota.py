@@ -13,9 +13,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Final
 
+from harness.waiting import eventually, wait_for_object
 from shared.kube import Kube
 from shared.resources import RESOURCE_QUOTAS
-from tests.support.waiting import eventually, wait_for_object
 
 # How long one quota object is given to be counted, and how long in all.
 ATTEMPT_SECONDS: Final = 15.0

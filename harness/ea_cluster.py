@@ -1,6 +1,6 @@
 """The EndpointAttachment operator on a test cluster: its CRD beside the ones it consumes, its own
 ServiceAccount and RBAC, the operator process, the address substrate it draws from (the model of
-``tests/support/substrate.py`` over real MetalLB), and what its integration tests read back.
+``harness/substrate.py`` over real MetalLB), and what its integration tests read back.
 
 Shared by the integration tests of the operator (``test_ea_operator.py``, ``test_ea_failures.py``,
 ``test_ea_datapath.py``, ``test_ea_resilience.py`` and others); ``Tenant`` builds a tenant's world
@@ -35,29 +35,30 @@ from typing import Any, Final
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
 from hack.substrate import PLACEHOLDER_NAMESPACE
-from operators.endpointattachment.api import ATTACHMENTS as ATTACHMENTS
-from shared.kube import NO_ANSWER, Kube, Obj
-from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
-from tests.ea_builders import for_create, lineage_labels, load_balancer_spec, make_helmrelease
-from tests.support.identity import serviceaccount_kubeconfig
-from tests.support.lane import Substrate, address_substrate
-from tests.support.loadbalancer import load_balancer
-from tests.support.manifests import ROOT, apply_all, load
-from tests.support.operators import RunningOperator, operator_process
+from harness.ea_objects import HELMRELEASE_API_VERSION, helmrelease_spec, lineage_labels, load_balancer_spec
+from harness.identity import serviceaccount_kubeconfig
+from harness.lane import Substrate, address_substrate
+from harness.loadbalancer import load_balancer
+from harness.manifests import ROOT, apply_all, load
+from harness.operators import RunningOperator, operator_process
 
 # The substrate's kinds and the claim annotation are re-exported: a test names every kind from here.
-from tests.support.substrate import ADDRESSES as ADDRESSES
-from tests.support.substrate import CLAIM_ANNOTATION as CLAIM_ANNOTATION
-from tests.support.substrate import CLAIMS as CLAIMS
-from tests.support.substrate import CLASSES as CLASSES
-from tests.support.substrate import (
+from harness.substrate import ADDRESSES as ADDRESSES
+from harness.substrate import CLAIM_ANNOTATION as CLAIM_ANNOTATION
+from harness.substrate import CLAIMS as CLAIMS
+from harness.substrate import CLASSES as CLASSES
+from harness.substrate import (
     DEFAULT_CLASS_ANNOTATION,
     METALLB_NAMESPACE,
     METALLB_PROVISIONER,
     RETAIN,
 )
-from tests.support.substrate import POOLS as POOLS
-from tests.support.waiting import eventually, wait_for_object
+from harness.substrate import POOLS as POOLS
+from harness.waiting import eventually, wait_for_object
+from operators.endpointattachment.api import ATTACHMENTS as ATTACHMENTS
+from operators.endpointattachment.api import HELMRELEASE_KIND
+from shared.kube import NO_ANSWER, Kube, Obj
+from shared.resources import HELMRELEASES, NODES, PODS, SERVICES, Resource
 
 OPERATOR_NAMESPACE: Final = "cozy-endpointattachment"
 OPERATOR_SERVICE_ACCOUNT: Final = "endpointattachment-operator"
@@ -110,7 +111,7 @@ NAMESPACE_NAME_LABEL: Final = "kubernetes.io/metadata.name"
 @dataclass(frozen=True)
 class World:
     """What the operator's tests stand on besides the control plane: MetalLB and the address
-    substrate (the real one or the model: ``tests/support/lane.py``)."""
+    substrate (the real one or the model: ``harness/lane.py``)."""
 
     balancer: MetalLB
     substrate: Substrate
@@ -340,9 +341,13 @@ def lineage(kind: str, name: str, group: str = APP_GROUP, *, tenant_facing: bool
 
 def helmrelease_body(name: str, labels: Mapping[str, str]) -> Obj:
     """A Flux HelmRelease (an application), as Cozystack creates it, ready to create."""
-    body = for_create(make_helmrelease(name, labels=labels))
-    del body["metadata"]["namespace"]
-    return body
+    metadata: Obj = {"name": name, "labels": dict(labels)} if labels else {"name": name}
+    return {
+        "apiVersion": HELMRELEASE_API_VERSION,
+        "kind": HELMRELEASE_KIND,
+        "metadata": metadata,
+        "spec": helmrelease_spec(),
+    }
 
 
 DEFAULT_PORTS: Final = ({"name": "postgres", "protocol": "TCP", "port": 5432, "targetPort": 5432},)

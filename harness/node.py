@@ -36,8 +36,8 @@ from types import TracebackType
 import yaml
 
 from hack.devcluster import ROOT, ClusterInfo
-from tests.support.identity import cluster_ca
-from tests.support.node_layout import (
+from harness.identity import cluster_ca
+from harness.node_layout import (
     API_SERVICE_IP,
     API_SERVICE_PORT,
     DUMMY_LINK,

@@ -1,6 +1,6 @@
 """The integration tests' load balancer: MetalLB's real controller (``hack/metallb.py``). Its
 ``IPAddressPool`` objects are the address substrate's (its MetalLB driver renders one per class, in
-the tests the model ``tests/support/substrate.py``) or a test's own; it hands out only the address
+the tests the model ``harness/substrate.py``) or a test's own; it hands out only the address
 a Service asks for in ``metallb.io/loadBalancerIPs`` (every pool here is ``autoAssign: false``).
 
 Decides: that a test session runs at most one MetalLB. ``load_balancer(kube)`` starts it on first use

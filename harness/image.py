@@ -16,7 +16,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from pathlib import Path
 
-from tests.support.operators import ROOT
+from harness.operators import ROOT
 
 # The uid and gid of the image's USER and of the shipped Deployments' securityContext.
 IMAGE_UID = 65532

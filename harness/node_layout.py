@@ -10,7 +10,7 @@ cgroup-v1 host without CAP_SYS_RESOURCE:
 * containerd must not try to lower a container's oom_score_adj (``restrict_oom_score_adj``);
 * the kubelet rewrites kernel tunables (KERNEL_TUNABLES): the harness saves and restores them.
 
-Does not start anything (tests/support/node.py does).
+Does not start anything (harness/node.py does).
 """
 
 from __future__ import annotations

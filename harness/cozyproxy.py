@@ -36,7 +36,7 @@ What it does not model: nftables itself, conntrack, the 12-hour informer resync 
 cleanup (a restarted cozy-proxy repairs everything; the operator must not rely on that).
 
 ``on_service`` and ``on_endpoints`` take events (so unit tests drive the model without a cluster);
-``run`` feeds them from watches of one namespace (``tests.support.following``). Queries: ``reaches``
+``run`` feeds them from watches of one namespace (``harness.following``). Queries: ``reaches``
 (which pod IP an address reaches, with NAT and SNAT agreeing), ``pod_reached`` (its pod name),
 ``owner_of`` (the Service that programmed a pod), ``port_filter`` / ``icmp_allowed`` (a pod's
 filter), ``seen`` (every Service name ever observed), ``programs`` (how often each Service was
@@ -52,9 +52,9 @@ from collections.abc import AsyncIterator, Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any, Final
 
+from harness.following import follow, notify, object_key, wait_until
 from shared.kube import Kube, Obj
 from shared.resources import ENDPOINTS, SERVICES
-from tests.support.following import follow, notify, object_key, wait_until
 
 PROXY_NAME_LABEL: Final = "service.kubernetes.io/service-proxy-name"
 WHOLE_IP_ANNOTATION: Final = "networking.cozystack.io/wholeIP"

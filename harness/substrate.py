@@ -98,7 +98,7 @@ model the address finalizers (addresses
 are deleted outright), ``spec.addressName`` pre-binding, static (``providerRef``) addresses, the
 ``Conflict`` phase, or the substrate's own admission.
 
-Shape (as ``tests/support/cozyproxy.py``): ``on_event`` feeds a watch event into the caches,
+Shape (as ``harness/cozyproxy.py``): ``on_event`` feeds a watch event into the caches,
 ``plan(now)`` is pure and returns the writes both controllers would make (``Write``, data), and
 ``run``/``substrate`` feed the caches from LIST+WATCH of the real API (planning nothing until every
 kind listed once) and apply each plan, echoing each answer into the caches. Unit tests drive
@@ -116,10 +116,10 @@ from datetime import UTC, datetime
 from typing import Any, Final, Literal
 
 from hack.substrate import PLACEHOLDER_NAMESPACE, pool_name
+from harness.following import follow, notify, object_key, wait_until
 from shared.conditions import FALSE, TRUE, Condition, render, rfc3339, same_condition
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import SERVICES, Resource
-from tests.support.following import follow, notify, object_key, wait_until
 
 API_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 CLASSES: Final = Resource(API_VERSION, "ipaddressclasses", namespaced=False)

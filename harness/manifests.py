@@ -11,6 +11,7 @@ from typing import Any, Final
 import yaml
 
 from hack.devcluster import ClusterInfo
+from harness.waiting import wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from shared.kube import Kube, Obj
 from shared.resources import (
@@ -23,9 +24,8 @@ from shared.resources import (
     SERVICE_ACCOUNTS,
     Resource,
 )
-from tests.support.waiting import wait_for_object
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 FIELD_MANAGER = "cozystack-tests"
 KUBECTL_TIMEOUT: Final = 120.0
 

@@ -1,7 +1,7 @@
 """The address substrate a test world stands on: the real one when its binaries are named, else the model.
 
 ``hack/substrate.py`` decides the lane (``COZY_SUBSTRATE_BIN``) and runs the real controllers;
-``tests/support/substrate.py`` is the documented model. ``address_substrate(kube)`` starts whichever
+``harness/substrate.py`` is the documented model. ``address_substrate(kube)`` starts whichever
 the lane says, over the session's MetalLB, and hands back one ``Substrate`` whose few queries mean
 the same on both lanes, so an integration test is written once and runs on either.
 
@@ -20,9 +20,9 @@ from pathlib import Path
 from typing import Final
 
 from hack.substrate import Lane, RealSubstrate, driver_kubeconfig, lane, pool_name, real_substrate
+from harness.loadbalancer import kubeconfig_of
+from harness.substrate import SubstrateModel, substrate
 from shared.kube import Kube
-from tests.support.loadbalancer import kubeconfig_of
-from tests.support.substrate import SubstrateModel, substrate
 
 # How long the model may take to reach its fixed point after a test's last write.
 SETTLE_TIMEOUT: Final = 30.0
