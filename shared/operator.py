@@ -31,10 +31,10 @@ import logging
 import os
 import signal
 import sys
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import Field, dataclass, field, fields
 from pathlib import Path
-from typing import Any, Final
+from typing import TYPE_CHECKING, Any, Final, TypeVar
 
 import uvloop
 from prometheus_client import CollectorRegistry
@@ -45,7 +45,12 @@ from shared.telemetry.health import Health
 from shared.telemetry.metrics import serve
 from shared.telemetry.tracing import Tracing, provider_from_env
 
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
+
 log = logging.getLogger(__name__)
+T = TypeVar("T")
+S = TypeVar("S", bound="DataclassInstance")
 
 # Where a Pod finds its own namespace when the Downward API did not set POD_NAMESPACE.
 SERVICEACCOUNT_NAMESPACE_FILE: Final = Path("/var/run/secrets/kubernetes.io/serviceaccount/namespace")
@@ -56,81 +61,123 @@ CONNECT_TIMEOUT_SECONDS: Final = 5.0
 STARTED_LOG: Final = "started: credentials loaded for"
 
 
-@dataclass(frozen=True)
-class RuntimeSettings:
-    kubeconfig: str | None = None
-    metrics_address: str = "0.0.0.0"
-    metrics_port: int = 8080  # 0 turns the metrics server off
-    health_port: int = 8081  # /healthz and /readyz; 0 turns it off
-    leader_elect: bool = True
-    leader_election_namespace: str = ""  # "": $POD_NAMESPACE, else the ServiceAccount's namespace
-    leader_election_id: str = ""
-    api_timeout_seconds: float = DEFAULT_API_TIMEOUT_SECONDS
-    stuck_seconds: float = DEFAULT_STUCK_SECONDS
-
-
 def flag_bool(text: str) -> bool:
     return text.strip().lower() in ("1", "true", "yes", "on")
 
 
-def add_env_flag(
+def one_of(*choices: str) -> Callable[[str], str]:
+    """A flag's parser that takes only one of ``choices``."""
+
+    def parse(text: str) -> str:
+        if text not in choices:
+            raise argparse.ArgumentTypeError(f"expected one of {', '.join(choices)}, got {text!r}")
+        return text
+
+    return parse
+
+
+def _str_or_none(text: str) -> str | None:
+    return text or None
+
+
+@dataclass(frozen=True)
+class Flag:
+    """How a settings field is read from the command line and the environment (``setting``)."""
+
+    parse: Callable[[str], object]
+    help: str
+    # The environment variable read instead of ``<PREFIX>_<FIELD>`` (a name other programs share).
+    variable: str | None = None
+
+
+# The key of a settings field's ``Flag`` in its metadata.
+_FLAG: Final = "cozystack.flag"
+
+
+def setting(default: T, parse: Callable[[str], T], help: str, variable: str | None = None) -> T:
+    """A settings dataclass field that is also a flag, the one place a setting is written:
+    ``--<field-name>`` (``_`` as ``-``), parsed by ``parse``, defaulting to the environment variable
+    ``<PREFIX>_<FIELD_NAME>`` (or ``variable``), else to ``default``."""
+    return field(default=default, metadata={_FLAG: Flag(parse, help, variable)})
+
+
+@dataclass(frozen=True)
+class RuntimeSettings:
+    kubeconfig: str | None = setting(
+        None, _str_or_none, "the kubeconfig of the cluster to talk to; none: in-cluster", "KUBECONFIG"
+    )
+    metrics_address: str = setting("0.0.0.0", str, "address of the metrics and health servers")
+    metrics_port: int = setting(8080, int, "Prometheus metrics (0 turns the server off)")
+    health_port: int = setting(8081, int, "/healthz and /readyz (0 turns it off)")
+    leader_elect: bool = setting(
+        True, flag_bool, "elect a leader through a Lease (default true); false: this replica always leads"
+    )
+    leader_election_namespace: str = setting(
+        "", str, "where the Lease lives; empty: $POD_NAMESPACE, else the ServiceAccount's namespace"
+    )
+    # Each operator's own Lease name is its default (``parse_settings``).
+    leader_election_id: str = setting("", str, "the Lease's name")
+    api_timeout_seconds: float = setting(
+        DEFAULT_API_TIMEOUT_SECONDS, float, "how long any API call but a watch may take"
+    )
+    stuck_seconds: float = setting(
+        DEFAULT_STUCK_SECONDS, float, "liveness fails when one reconcile has run this long"
+    )
+
+
+def _flags(cls: type[DataclassInstance]) -> Iterator[tuple[Field[Any], Flag]]:
+    for each in fields(cls):
+        flag = each.metadata.get(_FLAG)
+        if isinstance(flag, Flag):
+            yield each, flag
+
+
+def add_setting_flags(
     parser: argparse.ArgumentParser,
+    cls: type[DataclassInstance],
     prefix: str,
-    flag: str,
-    default: object,
-    type_: Callable[[str], object] = str,
-    help: str | None = None,
+    defaults: Mapping[str, object] | None = None,
 ) -> None:
-    """``--flag``, defaulting to ``<PREFIX>_<FLAG>`` from the environment, else to ``default``: one
-    rule for every flag of both operators, so a flag and its variable never drift apart."""
-    variable = f"{prefix}_{flag.upper().replace('-', '_')}"
-    parser.add_argument(
-        f"--{flag}", type=type_, default=type_(os.environ.get(variable, str(default))), help=help
-    )
+    """A flag for each ``setting`` field of ``cls``, its default read from the environment when the
+    variable is set, else from ``defaults``, else the field's own: one rule for every flag of both
+    operators, so a field, its flag and its variable never drift apart."""
+    for each, flag in _flags(cls):
+        variable = flag.variable or f"{prefix}_{each.name.upper()}"
+        text = os.environ.get(variable)
+        default = (defaults or {}).get(each.name, each.default)
+        parser.add_argument(
+            f"--{each.name.replace('_', '-')}",
+            type=flag.parse,
+            default=default if text is None else flag.parse(text),
+            help=f"{flag.help} (${variable})",
+        )
 
 
-def add_runtime_flags(parser: argparse.ArgumentParser, prefix: str, leader_election_id: str) -> None:
-    """The common flags; each defaults to ``<prefix>_<FLAG>`` from the environment."""
-    d = RuntimeSettings()
-    parser.add_argument(
-        "--kubeconfig", default=os.environ.get("KUBECONFIG"), help="default: in-cluster, or $KUBECONFIG"
-    )
-    add_env_flag(parser, prefix, "metrics-address", d.metrics_address)
-    add_env_flag(parser, prefix, "metrics-port", d.metrics_port, int)
-    add_env_flag(parser, prefix, "health-port", d.health_port, int)
-    add_env_flag(
-        parser,
-        prefix,
-        "leader-elect",
-        d.leader_elect,
-        flag_bool,
-        help="elect a leader through a Lease (default true); false: this replica always leads",
-    )
-    add_env_flag(parser, prefix, "leader-election-namespace", d.leader_election_namespace)
-    add_env_flag(parser, prefix, "leader-election-id", leader_election_id)
-    add_env_flag(parser, prefix, "api-timeout-seconds", d.api_timeout_seconds, float)
-    add_env_flag(
-        parser,
-        prefix,
-        "stuck-seconds",
-        d.stuck_seconds,
-        float,
-        help="liveness fails when one reconcile has run this long",
-    )
+def settings_from(cls: type[S], args: argparse.Namespace, **given: object) -> S:
+    """``cls`` from the parsed flags of its ``setting`` fields, and ``given`` for its others."""
+    return cls(**{each.name: getattr(args, each.name) for each, _ in _flags(cls)}, **given)
 
 
 def runtime_settings(args: argparse.Namespace) -> RuntimeSettings:
-    return RuntimeSettings(
-        kubeconfig=args.kubeconfig or None,
-        metrics_address=args.metrics_address,
-        metrics_port=args.metrics_port,
-        health_port=args.health_port,
-        leader_elect=args.leader_elect,
-        leader_election_namespace=args.leader_election_namespace,
-        leader_election_id=args.leader_election_id,
-        api_timeout_seconds=args.api_timeout_seconds,
-        stuck_seconds=args.stuck_seconds,
-    )
+    return settings_from(RuntimeSettings, args)
+
+
+def parse_settings(
+    cls: type[S],
+    argv: Sequence[str] | None,
+    *,
+    prog: str,
+    description: str | None,
+    prefix: str,
+    leader_election_id: str,
+) -> S:
+    """An operator's settings: the common flags (``RuntimeSettings``, as ``cls``'s ``runtime``
+    field) and ``cls``'s own, every one under ``prefix``."""
+    parser = argparse.ArgumentParser(prog=prog, description=description)
+    add_setting_flags(parser, RuntimeSettings, prefix, {"leader_election_id": leader_election_id})
+    add_setting_flags(parser, cls, prefix)
+    args = parser.parse_args(argv)
+    return settings_from(cls, args, runtime=runtime_settings(args))
 
 
 def own_namespace(environ: Mapping[str, str] = os.environ) -> str:

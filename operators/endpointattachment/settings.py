@@ -14,7 +14,6 @@ Does not: read anything but the command line and the environment.
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
@@ -26,7 +25,7 @@ from operators.endpointattachment.reconcile import (
     QUOTA_RETRY_SECONDS,
 )
 from operators.endpointattachment.render import RenderSettings
-from shared.operator import RuntimeSettings, add_env_flag, add_runtime_flags, flag_bool, runtime_settings
+from shared.operator import RuntimeSettings, flag_bool, one_of, parse_settings, setting
 
 # Environment variables of this operator start with this.
 ENV_PREFIX: Final = "EA"
@@ -39,19 +38,40 @@ VM_DATAPATHS: Final = (VM_DATAPATH_NONE, COZY_PROXY)
 
 @dataclass(frozen=True)
 class Settings:
+    """Each ``setting`` field is a flag and an ``EA_`` environment variable (``shared.operator``)."""
+
     runtime: RuntimeSettings = field(default_factory=RuntimeSettings)
-    # Passes over different attachments run concurrently; one never runs twice at once.
-    workers: int = 16
-    vm_datapath: str = VM_DATAPATH_NONE
-    allocate_load_balancer_node_ports: bool = False
-    # A load balancer announces an address within seconds; after this long without it, the attachment
-    # says so (AddressNotAnnounced) instead of WaitingForAddress.
-    announce_timeout_seconds: float = ANNOUNCE_TIMEOUT_SECONDS
-    # A Service refused for an exhausted quota is asked for again this often (quota frees unseen).
-    quota_retry_seconds: float = QUOTA_RETRY_SECONDS
-    # A freshly Bound claim's Service waits at most this long while its class's other claims are
-    # being provisioned (the substrate's hand-over through MetalLB; 0: never waits).
-    handover_hold_seconds: float = HANDOVER_HOLD_SECONDS
+    workers: int = setting(16, int, "attachments reconciled concurrently (never one object twice at once)")
+    vm_datapath: str = setting(
+        VM_DATAPATH_NONE,
+        one_of(*VM_DATAPATHS),
+        "the VM datapath the platform runs: cozy-proxy when a cozy-proxy contract implementor is "
+        "deployed (the WholeIP and PortList methods then render); none: they render nothing",
+    )
+    allocate_load_balancer_node_ports: bool = setting(
+        False,
+        flag_bool,
+        "spec.allocateLoadBalancerNodePorts of the rendered Services (an L2 or BGP load balancer needs "
+        "no nodePorts)",
+    )
+    announce_timeout_seconds: float = setting(
+        ANNOUNCE_TIMEOUT_SECONDS,
+        float,
+        "how long the load balancer may take to announce an address before Provisioned says "
+        "AddressNotAnnounced (instead of WaitingForAddress)",
+    )
+    quota_retry_seconds: float = setting(
+        QUOTA_RETRY_SECONDS,
+        float,
+        "how often a rendered Service refused for an exhausted ResourceQuota is asked for again "
+        "(quota frees unseen)",
+    )
+    handover_hold_seconds: float = setting(
+        HANDOVER_HOLD_SECONDS,
+        float,
+        "how long a freshly Bound claim's Service may wait while other claims of its class are being "
+        "provisioned (the substrate's hand-over through MetalLB); 0: never waits",
+    )
 
     @property
     def render(self) -> RenderSettings:
@@ -61,35 +81,12 @@ class Settings:
         )
 
 
-def _vm_datapath(text: str) -> str:
-    if text not in VM_DATAPATHS:
-        raise argparse.ArgumentTypeError(f"expected one of {', '.join(VM_DATAPATHS)}, got {text!r}")
-    return text
-
-
 def parse(argv: Sequence[str] | None = None) -> Settings:
-    d = Settings()
-    parser = argparse.ArgumentParser(prog="python -m operators.endpointattachment", description=__doc__)
-    add_runtime_flags(parser, ENV_PREFIX, LEADER_ELECTION_ID)
-    add_env_flag(parser, ENV_PREFIX, "workers", d.workers, int)
-    add_env_flag(parser, ENV_PREFIX, "vm-datapath", d.vm_datapath, _vm_datapath)
-    add_env_flag(
-        parser,
-        ENV_PREFIX,
-        "allocate-load-balancer-node-ports",
-        str(d.allocate_load_balancer_node_ports).lower(),
-        flag_bool,
-    )
-    add_env_flag(parser, ENV_PREFIX, "announce-timeout-seconds", d.announce_timeout_seconds, float)
-    add_env_flag(parser, ENV_PREFIX, "quota-retry-seconds", d.quota_retry_seconds, float)
-    add_env_flag(parser, ENV_PREFIX, "handover-hold-seconds", d.handover_hold_seconds, float)
-    args = parser.parse_args(argv)
-    return Settings(
-        runtime=runtime_settings(args),
-        workers=args.workers,
-        vm_datapath=args.vm_datapath,
-        allocate_load_balancer_node_ports=args.allocate_load_balancer_node_ports,
-        announce_timeout_seconds=args.announce_timeout_seconds,
-        quota_retry_seconds=args.quota_retry_seconds,
-        handover_hold_seconds=args.handover_hold_seconds,
+    return parse_settings(
+        Settings,
+        argv,
+        prog="python -m operators.endpointattachment",
+        description=__doc__,
+        prefix=ENV_PREFIX,
+        leader_election_id=LEADER_ELECTION_ID,
     )
