@@ -107,6 +107,7 @@ from shared.resources import ENDPOINT_SLICES, ENDPOINTS, EVENTS_V1, HELMRELEASES
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import (
     Caches,
+    Memory,
     Owns,
     Result,
     Watch,
@@ -127,8 +128,6 @@ log = logging.getLogger("endpointattachment")
 FINALIZER: Final = "endpointattachment.local.sdn.cozystack.io/finalizer"
 HOLD: Final = Finalizer(FINALIZER, ATTACHMENTS)
 
-# Rounds of decide-and-apply in one pass before it yields its worker (a mint, then the claim seen).
-MAX_ROUNDS_PER_PASS: Final = 4
 # A pass that has just minted the claim or created the rendered Service writes no status: the
 # substrate's binding and the load balancer's answer usually come first, and the pass they wake
 # writes the status once (Provisioned). When they do not come within this hold, a re-check writes
@@ -402,6 +401,22 @@ class _Applied(enum.Enum):
     AGAIN = "again"  # the API's answer changes the decision: decide again now
 
 
+@dataclasses.dataclass
+class Remembered:
+    """What the glue keeps of one attachment between passes (the runtime's ``Memory``, dropped with
+    the attachment): until when its status is held back, the API's last refusal of its Service or
+    claim, and when a pass last changed its Service."""
+
+    holding_until: float | None = None
+    refusal: ServiceRefusal | None = None
+    written_at: datetime | None = None
+
+
+# A decision's answer to the runtime: nothing more, or a look again this much later.
+SETTLED: Final = Result()
+AGAIN: Final = Result(again=True)
+
+
 class AttachmentReconciler:
     def __init__(
         self,
@@ -414,6 +429,7 @@ class AttachmentReconciler:
         quota_retry: float = Settings.quota_retry_seconds,
         handover_hold: float = Settings.handover_hold_seconds,
         recorder: Recorder | None = None,
+        memory: Memory[Remembered] | None = None,
     ) -> None:
         self.world, self.writer, self.clock, self.wall_clock = world, writer, clock, wall_clock
         self.recorder = recorder  # None: no Events
@@ -422,15 +438,18 @@ class AttachmentReconciler:
             quota_retry,
             handover_hold,
         )
-        # Keys whose Service a pass created, until when their WaitingForAddress status is held back.
-        self._holding: dict[Key, float] = {}
-        # The API's last refusal of each attachment's Service, and when a pass last changed it.
-        self._refusals: dict[Key, ServiceRefusal] = {}
-        self._written: dict[Key, datetime] = {}
+        self.memory: Memory[Remembered] = memory if memory is not None else Memory()
 
-    def _forget(self, key: Key) -> None:
-        for memory in (self._holding, self._refusals, self._written):
-            memory.pop(key, None)
+    def _remembered(self, key: Key) -> Remembered:
+        remembered = self.memory.get(key)
+        if remembered is None:
+            remembered = Remembered()
+            self.memory.set(key, remembered)
+        return remembered
+
+    def forget(self, key: Key) -> None:
+        """The attachment is gone (the runtime calls this when its deletion is delivered)."""
+        self.memory.forget(key)
         if self.recorder is not None:
             self.recorder.forget(*key)
 
@@ -445,76 +464,79 @@ class AttachmentReconciler:
             )
 
     async def reconcile(self, key: Key) -> Result:
-        for _ in range(MAX_ROUNDS_PER_PASS):
-            outcome = await self._round(key)
-            if outcome is None:
-                return Result()
-            if outcome > 0:
-                return Result(requeue_after=outcome)
-        return Result(requeue=True)
-
-    async def _round(self, key: Key) -> float | None:
-        """Decide and apply once. None: settled; 0: decide again now (a mint, a refusal); more: look
-        again this much later (the status held back, a deadline, the substrate's cache catching up)."""
+        """One decision, applied: SETTLED, AGAIN (a mint, a refusal: the runtime decides again at
+        once) or a look again later (the status held back, a deadline, the substrate catching up)."""
         attachment = self.world.attachments.get(key)
         if attachment is None:
-            self._forget(key)
-            return None
+            return SETTLED
         if self.world.substrate_catching_up():
-            return CATCH_UP_SECONDS
+            return Result(requeue_after=CATCH_UP_SECONDS)
+        plan = self._decide(key, attachment)
+        if plan.finalizing:
+            self.memory.forget(key)
+            return AGAIN if await self._finalize(attachment, plan) else SETTLED
+        attachment = await HOLD.hold(
+            self.writer, attachment, owner_reference=plan.owner_reference, labels=plan.labels
+        )
+        if (minted_or_refused := await self._apply_claims(key, plan)) is not None:
+            return minted_or_refused
+        now = self.clock()
+        applied = await self._apply_service(key, plan)
+        if applied is _Applied.AGAIN:
+            return AGAIN  # refused: the next decision reports it
+        if applied is _Applied.CREATED or plan.restoring:
+            # A new Service, or withdrawn backends put back: the answer (the load balancer's, the
+            # Endpoints') usually comes first, and the pass it wakes writes the status once.
+            self._remembered(key).holding_until = now + STATUS_HOLD_SECONDS
+        if plan.programmed is not None and plan.service is not None:
+            await self._touch_programmed(plan.service, plan.programmed)
+        held = self._held_for(key, plan, now)
+        if held is None:
+            await self._write_status(key, attachment, plan)
+        waits = [w for w in (held, plan.recheck_after) if w is not None]
+        return Result(requeue_after=max(min(waits), MIN_RECHECK_SECONDS)) if waits else SETTLED
+
+    def _decide(self, key: Key, attachment: Obj) -> Plan:
+        """The pure decision over what the caches hold and what the glue remembers."""
         observed = self.world.observed(attachment)
         _read(observed.claim, *observed.services)
+        remembered = self.memory.get(key) or Remembered()
         context = PassContext(
             now=self.wall_clock(),
-            written_at=self._written.get(key),
-            refusal=self._refusals.get(key),
+            written_at=remembered.written_at,
+            refusal=remembered.refusal,
             announce_timeout_seconds=self.announce_timeout,
             quota_retry_seconds=self.quota_retry,
             handover_hold_seconds=self.handover_hold,
         )
-        plan = reconcile(observed, context)
-        if plan.finalizing:
-            self._forget(key)
-            return 0.0 if await self._finalize(attachment, plan) else None
-        attachment = await HOLD.hold(
-            self.writer, attachment, owner_reference=plan.owner_reference, labels=plan.labels
-        )
+        return reconcile(observed, context)
+
+    async def _apply_claims(self, key: Key, plan: Plan) -> Result | None:
+        """Surplus claims and Services of ours deleted, then the mint: AGAIN once it is answered
+        (or refused: the next decision reports it); None when there is no mint."""
         for surplus in plan.delete_claims:
             log.info("%s/%s: deleting claim %s, a second mint", *key, key_of(surplus)[1])
             await self.writer.delete(CLAIMS, surplus)
         for surplus in plan.surplus_services:
             log.info("%s/%s: deleting Service %s, a second render", *key, key_of(surplus)[1])
             await self._delete_service(surplus)
-        if plan.mint is not None:
-            try:
-                claim = await self.writer.create(CLAIMS, plan.mint)
-            except ApiError as error:
-                self._refused(key, ServiceAction.MINT, plan.mint, error)
-                return 0.0  # refused (a quota on claims, a policy): the next round reports it
-            self._refusals.pop(key, None)
-            await self._record(key, minted(claim))
-            self._holding[key] = self.clock() + STATUS_HOLD_SECONDS
-            return 0.0
-        now = self.clock()
-        applied = await self._apply_service(key, plan)
-        if applied is _Applied.AGAIN:
-            return 0.0  # refused: the next round reports it
-        if applied is _Applied.CREATED or plan.restoring:
-            # A new Service, or withdrawn backends put back: the answer (the load balancer's, the
-            # Endpoints') usually comes first, and the pass it wakes writes the status once.
-            self._holding[key] = now + STATUS_HOLD_SECONDS
-        if plan.programmed is not None and plan.service is not None:
-            await self._touch_programmed(plan.service, plan.programmed)
-        held = self._held_for(key, plan, now)
-        if held is None:
-            stored = attachment.get("status")
-            written = await self.writer.patch_status(
-                ATTACHMENTS, attachment, plan.status_patch(stored, _now())
-            )
-            if written is not None:  # a status written (not an unchanged one): its transition's Event
-                await self._record(key, *transitions(stored, plan.provisioned))
-        waits = [w for w in (held, plan.recheck_after) if w is not None]
-        return max(min(waits), MIN_RECHECK_SECONDS) if waits else None
+        if plan.mint is None:
+            return None
+        try:
+            claim = await self.writer.create(CLAIMS, plan.mint)
+        except ApiError as error:
+            self._refused(key, ServiceAction.MINT, plan.mint, error)
+            return AGAIN
+        self._remembered(key).refusal = None
+        await self._record(key, minted(claim))
+        self._remembered(key).holding_until = self.clock() + STATUS_HOLD_SECONDS
+        return AGAIN
+
+    async def _write_status(self, key: Key, attachment: Obj, plan: Plan) -> None:
+        stored = attachment.get("status")
+        written = await self.writer.patch_status(ATTACHMENTS, attachment, plan.status_patch(stored, _now()))
+        if written is not None:  # a status written (not an unchanged one): its transition's Event
+            await self._record(key, *transitions(stored, plan.provisioned))
 
     async def _touch_programmed(self, service: Mapping[str, Any], token: str) -> None:
         """Our VM-mode Service has its address and a backend in its v1 Endpoints: update it once
@@ -528,13 +550,13 @@ class AttachmentReconciler:
     def _held_for(self, key: Key, plan: Plan, now: float) -> float | None:
         """How much longer the status of a Service just created is held back: only while it waits
         for the load balancer and the hold has not run out (then the status is written)."""
-        until = self._holding.get(key)
-        if until is None:
+        remembered = self.memory.get(key)
+        if remembered is None or remembered.holding_until is None:
             return None
-        remaining = until - now
+        remaining = remembered.holding_until - now
         if remaining > 0 and plan.waits_for_answer:
             return remaining
-        del self._holding[key]
+        remembered.holding_until = None
         return None
 
     async def _finalize(self, attachment: Obj, plan: Plan) -> bool:
@@ -574,7 +596,7 @@ class AttachmentReconciler:
                 created = await self.writer.create(SERVICES, service)
             except ApiError as error:
                 return self._refused(key, action, service, error)
-            self._refusals.pop(key, None)
+            self._remembered(key).refusal = None
             await self._record(key, rendered(created, self.world.attachments.get(key) or {}))
             return _Applied.CREATED
         if action is ServiceAction.PATCH and plan.service_patch is not None:
@@ -584,8 +606,8 @@ class AttachmentReconciler:
             except ApiError as error:
                 return self._refused(key, action, plan.service_patch, error)
             await self._reprogram(survivors, service, updated)
-            self._refusals.pop(key, None)
-            self._written[key] = self.wall_clock()
+            remembered = self._remembered(key)
+            remembered.refusal, remembered.written_at = None, self.wall_clock()
         elif action is ServiceAction.DELETE:
             await self._delete_service(service)
             await self._record(key, withdrawn(service, plan.provisioned))
@@ -597,7 +619,7 @@ class AttachmentReconciler:
         if refusal is None:
             raise error
         log.info("%s/%s: the API refused the rendered Service: %s", *key, error)
-        self._refusals[key] = refusal
+        self._remembered(key).refusal = refusal
         return _Applied.AGAIN
 
     async def _reprogram(
@@ -645,7 +667,7 @@ def build(manager: Manager, registry: CollectorRegistry, settings: Settings) -> 
         handover_hold=settings.handover_hold_seconds,
         recorder=Recorder(manager.writer, REPORTING_CONTROLLER),
     )
-    manager.add(wiring, attachments)
+    manager.add(wiring, attachments, forget=(attachments.forget,))
     registry.register(on_loop(WorldCollector(world)))
 
 

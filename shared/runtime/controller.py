@@ -18,9 +18,10 @@ Decides, as controller-runtime's builder and controller do:
 * an owned object's change wakes its owner only while the owner is cached: one not seen yet is woken
   by its own add, and one gone has nothing left to decide (its deletion woke its last pass), so the
   garbage collector removing what it owned wakes no one;
-* ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``requeue`` for
-  "again, with backoff") or raises: ``TerminalError`` is counted and not retried, ``Conflict`` is
-  retried with backoff without a traceback, anything else is logged and retried with backoff;
+* ``reconcile(key)`` returns a ``Result`` (``requeue_after`` for a timed re-check, ``again`` to
+  decide again at once, bounded and counted, then with backoff) or raises: ``TerminalError`` is
+  counted and not retried, ``Conflict`` is retried with backoff without a traceback, anything else
+  is logged and retried with backoff;
 * every reconcile is one traced pass (linked to the previous pass over the same key and to the pass
   that wrote the primary object; a pass finding its object gone forgets the key's link) and is
   measured by controller-runtime's metrics;
@@ -35,11 +36,11 @@ from __future__ import annotations
 import asyncio
 import logging
 import time
-from collections.abc import Awaitable, Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from contextvars import ContextVar
 from dataclasses import dataclass, field
-from typing import Any, Final, Protocol
+from typing import Any, Final, Generic, Protocol, TypeVar
 
 from shared.kube import NO_ANSWER, ApiError
 from shared.ownership import sole_controller
@@ -50,6 +51,7 @@ from shared.runtime.queue import QueueShutDown, RateLimiter, WorkQueue
 from shared.telemetry.tracing import OUTCOME_ERROR, Tracing, trace_id_hex
 
 log = logging.getLogger(__name__)
+T = TypeVar("T")
 
 # controller-runtime's result label values.
 RESULT_SUCCESS: Final = "success"
@@ -61,10 +63,17 @@ RESULT_REQUEUE_AFTER: Final = "requeue_after"
 @dataclass(frozen=True)
 class Result:
     """What a reconcile asks for next: nothing (level-based: the next change wakes it), a re-check
-    after ``requeue_after`` seconds, or (``requeue``) another pass with the key's backoff."""
+    after ``requeue_after`` seconds, or (``again``) a new decision at once: the pass's own write
+    changed what it decides from (a mint answered, a refusal remembered; the answer is already in
+    the caches). The runtime decides again up to ``MAX_DECISIONS_PER_PASS`` times in the pass, each
+    counted; a key still unsettled then runs again with its backoff, behind other keys."""
 
     requeue_after: float | None = None
-    requeue: bool = False
+    again: bool = False
+
+
+# Decisions in one pass before a key that keeps asking ``again`` yields its worker (with backoff).
+MAX_DECISIONS_PER_PASS: Final = 4
 
 
 class TerminalError(Exception):
@@ -77,14 +86,37 @@ class Conflict(Exception):
     key again with backoff, quietly; the caches will have caught up by then."""
 
 
-async def until_settled(round_: Callable[[], Awaitable[bool]], rounds: int) -> Result:
-    """Decide and apply up to ``rounds`` times within one pass, while a round says its own write
-    changed what the next decision is made of (a mint, a binding: the answer is already in the
-    caches); a pass that has not settled by then runs again with backoff, behind other keys."""
-    for _ in range(rounds):
-        if not await round_():
-            return Result()
-    return Result(requeue=True)
+class Memory(Generic[T]):
+    """What a reconciler remembers of a key between passes (a refusal, a hold), owned by the
+    runtime: the controller it is given to forgets a key when the primary's deletion is delivered,
+    so nothing outlives its object. Lost on a restart, by design: it only saves a request."""
+
+    def __init__(self) -> None:
+        self._entries: dict[Key, T] = {}
+
+    def get(self, key: Key) -> T | None:
+        return self._entries.get(key)
+
+    def set(self, key: Key, value: T) -> None:
+        self._entries[key] = value
+
+    def forget(self, key: Key) -> None:
+        self._entries.pop(key, None)
+
+    def __len__(self) -> int:
+        return len(self._entries)
+
+
+async def decide(reconciler: Reconciler, key: Key, on_again: Callable[[], None] = lambda: None) -> Result:
+    """The decisions of one pass: ``reconcile`` again while it asks ``again``, at most
+    ``MAX_DECISIONS_PER_PASS`` times (``on_again`` counts each); the last answer otherwise."""
+    outcome = Result()
+    for _ in range(MAX_DECISIONS_PER_PASS):
+        outcome = await reconciler.reconcile(key) or Result()
+        if not outcome.again:
+            return outcome
+        on_again()
+    return outcome
 
 
 def condition_reasons(obj: Obj | None) -> list[str]:
@@ -280,8 +312,10 @@ class Controller:
         tracing: Tracing,
         span_kind: str = "",
         rate_limiter: RateLimiter | None = None,
+        forget: Sequence[Callable[[Key], None]] = (),
     ) -> None:
         self.wiring, self.reconciler, self.caches = wiring, reconciler, caches
+        self.forget = tuple(forget)  # per-key memories (``Memory.forget``): dropped with the primary
         self.metrics, self.tracing = metrics, tracing
         self.span_kind = span_kind or wiring.primary_kind
         self.queue: WorkQueue[Key] = WorkQueue(
@@ -304,6 +338,9 @@ class Controller:
         wiring = self.wiring
 
         def on_primary(old: Obj | None, new: Obj | None) -> None:
+            if new is None and old is not None:
+                for forget in self.forget:
+                    forget(wiring.key(old))
             if all(p(old, new) for p in wiring.predicates):
                 for version in (new, old):
                     if version is not None:
@@ -423,7 +460,7 @@ class Controller:
                 report.span.set_attribute("controller", name)
                 trace_id = trace_id_hex(report.span)
                 try:
-                    outcome = await self.reconciler.reconcile(key) or Result()
+                    outcome = await decide(self.reconciler, key, lambda: self.metrics.decided_again(name))
                 except TerminalError as error:
                     report.outcome = OUTCOME_ERROR
                     self.metrics.terminal_error(name)
@@ -456,7 +493,7 @@ class Controller:
                     self.queue.forget(key)
                     self.queue.add_after(key, outcome.requeue_after)
                     result = RESULT_REQUEUE_AFTER
-                elif outcome.requeue:
+                elif outcome.again:  # still unsettled after every decision the pass may make
                     self.queue.add_rate_limited(key)
                     result = RESULT_REQUEUE
                 else:

@@ -27,7 +27,7 @@ import logging
 import os
 import socket
 import uuid
-from collections.abc import Callable, Coroutine, Iterable
+from collections.abc import Callable, Coroutine, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Final
 
@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from shared.kube import Kube
 from shared.resources import Resource
-from shared.runtime.cache import Informer, Store
+from shared.runtime.cache import Informer, Key, Store
 from shared.runtime.controller import Cache, Controller, Reconciler, Wiring, Write
 from shared.runtime.leader import LeaderElector
 from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
@@ -179,7 +179,14 @@ class Manager:
             elif resource in declared and self._specs.get(resource) != spec:
                 raise ValueError(f"{resource.plural} is cached twice, differently ({wiring.name})")
 
-    def add(self, wiring: Wiring, reconciler: Reconciler, *, span_kind: str = "") -> Controller:
+    def add(
+        self,
+        wiring: Wiring,
+        reconciler: Reconciler,
+        *,
+        span_kind: str = "",
+        forget: Sequence[Callable[[Key], None]] = (),
+    ) -> Controller:
         self.declare_caches(wiring)
         controller = Controller(
             wiring,
@@ -189,6 +196,7 @@ class Manager:
             queue_metrics=self.queue_metrics,
             tracing=self.tracing,
             span_kind=span_kind,
+            forget=forget,
         )
         for resource, handler in controller.handlers():
             self.informers[resource].add_handler(handler)

@@ -182,6 +182,12 @@ class ControllerMetrics:
             labels,
             registry=registry,
         )
+        self.again = Counter(
+            "controller_runtime_decide_again",
+            "Decisions made again within a pass because its own write changed what it reads",
+            labels,
+            registry=registry,
+        )
         self._known: set[str] = set()
 
     def register(self, controller: str) -> None:
@@ -196,6 +202,7 @@ class ControllerMetrics:
         self.time.labels(controller=controller)
         self.max_concurrent.labels(controller=controller)
         self.workers.labels(controller=controller)
+        self.again.labels(controller=controller)
 
     def observe(self, controller: str, result: str, seconds: float, trace_id: str | None) -> None:
         """One finished reconcile: its result, and its duration with the trace id as exemplar."""
@@ -205,6 +212,10 @@ class ControllerMetrics:
             self.errors.labels(controller=controller).inc()
         exemplar = {"trace_id": trace_id} if trace_id else None
         self.time.labels(controller=controller).observe(seconds, exemplar=exemplar)
+
+    def decided_again(self, controller: str) -> None:
+        self.register(controller)
+        self.again.labels(controller=controller).inc()
 
     def terminal_error(self, controller: str) -> None:
         self.register(controller)

@@ -38,7 +38,7 @@ from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import RESOURCES, SUBSTRATE, World
 from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj, key_of
-from shared.runtime.controller import Result, StaticCaches
+from shared.runtime.controller import Result, StaticCaches, decide
 from shared.runtime.served import CRDS
 from tests.ea_builders import (
     ADDRESS,
@@ -522,7 +522,7 @@ def announce(caches: StaticCaches, name: str = "db-public-x7ktr", address: str =
 
 async def test_a_key_not_cached_is_a_quiet_pass() -> None:
     running, writer, _, _ = reconciler()
-    assert await running.reconcile((NS, "absent")) == Result()
+    assert await decide(running, (NS, "absent")) == Result()
     assert writer.calls == []
 
 
@@ -530,7 +530,7 @@ async def test_a_first_pass_stamps_mints_and_renders_nothing_before_the_claim_is
     running, writer, caches, clock = reconciler(
         *RESOLVED_WORLD, put("attachment", make_attachment(owner_uid=None))
     )
-    assert await running.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
+    assert await decide(running, KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
     assert writer.calls == [
         ("metadata", "endpointattachments", "db-public"),  # finalizer, owner reference, lineage labels
         ("create", "ipaddressclaims", "db-public-x7ktq"),
@@ -542,7 +542,7 @@ async def test_a_first_pass_stamps_mints_and_renders_nothing_before_the_claim_is
     }
     writer.calls.clear()
     clock.now += controller.STATUS_HOLD_SECONDS
-    assert await running.reconcile(KA) == Result()
+    assert await decide(running, KA) == Result()
     assert writer.calls == [("status", "endpointattachments", "db-public")], (
         "no binding: said once the hold ends"
     )
@@ -551,28 +551,28 @@ async def test_a_first_pass_stamps_mints_and_renders_nothing_before_the_claim_is
 
 async def test_once_bound_the_service_is_created_and_its_status_held_for_the_answer() -> None:
     running, writer, caches, clock = reconciler(*RESOLVED_WORLD, put("attachment", A))
-    await running.reconcile(KA)
+    await decide(running, KA)
     bind(caches)
     writer.calls.clear()
-    assert await running.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
+    assert await decide(running, KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
     assert writer.calls == [("create", "services", "db-public-x7ktr")], "no status while the answer is due"
     clock.now += 0.25
     announce(caches)
     writer.calls.clear()
-    assert await running.reconcile(KA) == Result()
+    assert await decide(running, KA) == Result()
     assert writer.calls == [("status", "endpointattachments", "db-public")], "one status write: Provisioned"
     assert stored_provisioned(caches) == ("True", REASON_PROVISIONED)
     writer.calls.clear()
-    assert await running.reconcile(KA) == Result()
+    assert await decide(running, KA) == Result()
     assert writer.calls == [], "a second pass writes nothing"
 
 
 async def test_without_an_answer_the_held_status_is_written_when_the_hold_runs_out() -> None:
     running, writer, caches, clock = reconciler(*RESOLVED_WORLD, put("attachment", A), put("claim", MINTED))
-    await running.reconcile(KA)
+    await decide(running, KA)
     writer.calls.clear()
     clock.now += controller.STATUS_HOLD_SECONDS
-    result = await running.reconcile(KA)
+    result = await decide(running, KA)
     assert writer.calls == [("status", "endpointattachments", "db-public")]
     assert stored_provisioned(caches) == ("False", REASON_WAITING_FOR_ADDRESS)
     assert result.requeue_after is not None, "the announce deadline is re-checked"
@@ -585,7 +585,7 @@ async def test_a_pass_waits_while_the_substrate_s_cache_catches_up() -> None:
         *[put("crd", make_crd(r)) for r in SUBSTRATE],
         unserved=SUBSTRATE,
     )
-    assert await running.reconcile(KA) == Result(requeue_after=controller.CATCH_UP_SECONDS)
+    assert await decide(running, KA) == Result(requeue_after=controller.CATCH_UP_SECONDS)
     assert writer.calls == []
 
 
@@ -594,7 +594,7 @@ async def test_finalizing_deletes_our_service_then_the_finalizer_and_never_the_c
     running, writer, caches, _ = reconciler(
         *RESOLVED_WORLD, put("attachment", deleting), put("service", OURS_A), put("claim", MINTED)
     )
-    assert await running.reconcile(KA) == Result()
+    assert await decide(running, KA) == Result()
     # The Service held no finalizer: gone once its DELETE is answered, so the same pass releases ours.
     assert writer.calls == [
         ("delete", "services", "db-public-x7ktq"),
@@ -611,10 +611,10 @@ async def test_finalizing_waits_for_a_service_held_by_a_finalizer_to_go() -> Non
     )
     terminating = with_metadata(held, deletionTimestamp="2026-12-01T00:00:09Z")
     caches.store(SERVICES).upsert(terminating)  # what the API answered: still there, being deleted
-    assert await running.reconcile(KA) == Result()
+    assert await decide(running, KA) == Result()
     assert writer.calls == []  # its deletion is under way: nothing to send, the finalizer stays
     caches.store(SERVICES).delete(key_of(terminating))
-    assert await running.reconcile(KA) == Result()  # woken by the Service's deletion (owns)
+    assert await decide(running, KA) == Result()  # woken by the Service's deletion (owns)
     assert writer.calls == [("unfinalize", "endpointattachments", "db-public")]
 
 
@@ -622,7 +622,7 @@ async def test_finalizing_deletes_a_service_held_by_a_finalizer_and_waits() -> N
     deleting = make_attachment(uid="ea-a", deleting=True, finalizers=[FINALIZER])
     held = with_metadata(OURS_A, finalizers=["service.kubernetes.io/load-balancer-cleanup"])
     running, writer, _, _ = reconciler(*RESOLVED_WORLD, put("attachment", deleting), put("service", held))
-    assert await running.reconcile(KA) == Result()
+    assert await decide(running, KA) == Result()
     assert writer.calls == [("delete", "services", "db-public-x7ktq")]  # not released: not gone yet
 
 
@@ -651,7 +651,7 @@ async def rendered_vm() -> tuple[controller.AttachmentReconciler, RecordingWrite
     """``vm_world`` after the pass that created V's Service, which is now announced and whose v1
     Endpoints name the pod; the writer's calls cleared."""
     running, writer, caches, _ = reconciler(*vm_world(), settings=COZY)
-    await running.reconcile(KV)  # creates the Service
+    await decide(running, KV)  # creates the Service
     name = next(c[2] for c in writer.calls if c[:2] == ("create", "services"))
     announce(caches, name)
     caches.store(KINDS["endpoints"]).upsert(make_endpoints(name))
@@ -661,17 +661,17 @@ async def rendered_vm() -> tuple[controller.AttachmentReconciler, RecordingWrite
 
 async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_delete() -> None:
     running, writer, caches, name = await rendered_vm()
-    await running.reconcile(KV)
+    await decide(running, KV)
     assert ("patch", "services", name) in writer.calls
     touched = caches.store(KINDS["service"]).get((NS, name)) or {}
     assert touched["metadata"]["annotations"][PROGRAMMED_ANNOTATION] == programmed_token(ADDRESS, "pod-uid-1")
     writer.calls.clear()
-    await running.reconcile(KV)
+    await decide(running, KV)
     assert writer.calls == [], "touched once"
     # the chart exposes the VM itself: ours loses the pod, is withdrawn, and the chart's is re-programmed
     caches.store(KINDS["service"]).upsert(CHART)
     writer.calls.clear()
-    await running.reconcile(KV)
+    await decide(running, KV)
     assert writer.calls[:2] == [("delete", "services", name), ("patch", "services", "vm1-chart")]
     chart = caches.store(KINDS["service"]).get((NS, "vm1-chart")) or {}
     assert chart["metadata"]["annotations"][REPROGRAM_ANNOTATION].startswith(f"{NS}/{name}/")
@@ -679,13 +679,13 @@ async def test_the_programmed_touch_once_and_survivors_reprogrammed_after_a_dele
 
 async def test_multiple_backends_withdraw_in_one_patch_and_restore_with_one_status_write() -> None:
     running, writer, caches, name = await rendered_vm()
-    await running.reconcile(KV)  # Provisioned, the programmed touch
+    await decide(running, KV)  # Provisioned, the programmed touch
     assert stored_provisioned(caches, KV) == ("True", REASON_PROVISIONED)
     two = (("pod-uid-1", "10.244.0.10", True), ("pod-uid-2", "10.244.0.11", True))
     caches.store(KINDS["pod"]).upsert(make_pod("virt-launcher-b", uid="pod-uid-2", labels=VM_SELECTOR))
     caches.store(KINDS["slice"]).upsert(make_endpointslice("vm-vm1", backends=two))
     writer.calls.clear()
-    await running.reconcile(KV)
+    await decide(running, KV)
     # Withdrawn: one patch of the Service (never a delete), then the status.
     assert writer.calls == [("patch", "services", name), ("status", "endpointattachments", "vm1-public")]
     withdrawn = caches.store(KINDS["service"]).get((NS, name)) or {}
@@ -693,17 +693,17 @@ async def test_multiple_backends_withdraw_in_one_patch_and_restore_with_one_stat
     assert stored_provisioned(caches, KV) == ("False", REASON_MULTIPLE_BACKENDS)
     caches.store(KINDS["endpoints"]).upsert(make_endpoints(name, backends=()))  # its Endpoints empty
     writer.calls.clear()
-    await running.reconcile(KV)
+    await decide(running, KV)
     assert writer.calls == [], "a second pass writes nothing"
     # One backend again: one patch restores the selector; the status waits for the Endpoints.
     caches.store(KINDS["slice"]).upsert(make_endpointslice("vm-vm1", backends=two[1:]))
-    result = await running.reconcile(KV)
+    result = await decide(running, KV)
     assert writer.calls == [("patch", "services", name)]
     assert result.requeue_after is not None, "held, looked at again when the hold runs out"
     restored = caches.store(KINDS["service"]).get((NS, name)) or {}
     assert restored["spec"]["selector"] == VM_SELECTOR
     caches.store(KINDS["endpoints"]).upsert(make_endpoints(name, backends=two[1:]))
     writer.calls.clear()
-    await running.reconcile(KV)
+    await decide(running, KV)
     assert ("status", "endpointattachments", "vm1-public") in writer.calls
     assert stored_provisioned(caches, KV) == ("True", REASON_PROVISIONED)

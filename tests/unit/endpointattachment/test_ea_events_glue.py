@@ -15,7 +15,7 @@ from operators.endpointattachment.world import World
 from shared.events import Recorder
 from shared.resources import SERVICES
 from shared.runtime.cache import Obj, key_of
-from shared.runtime.controller import StaticCaches
+from shared.runtime.controller import StaticCaches, decide
 from tests.ea_builders import (
     ADDRESS,
     CREATED,
@@ -108,7 +108,7 @@ def announce(caches: StaticCaches) -> None:
 async def settle(reconciler: controller.AttachmentReconciler, caches: StaticCaches, clock: Clock) -> None:
     """Passes until the attachment is Provisioned again (the load balancer answering each Service)."""
     for _ in range(4):
-        await reconciler.reconcile(KEY)
+        await decide(reconciler, KEY)
         if ours(caches) is not None:
             announce(caches)
         clock.now += 1.5
@@ -116,31 +116,31 @@ async def settle(reconciler: controller.AttachmentReconciler, caches: StaticCach
 
 async def test_a_transition_records_its_event_once_and_a_steady_state_none() -> None:
     reconciler, sink, caches, clock = running()
-    await reconciler.reconcile(KEY)
+    await decide(reconciler, KEY)
     assert sink.taken() == [("create", "ClaimMinted")]
     bind(caches)
-    await reconciler.reconcile(KEY)
+    await decide(reconciler, KEY)
     assert sink.taken() == [("create", "Rendered")]
     announce(caches)
     clock.now += 0.1
-    await reconciler.reconcile(KEY)
+    await decide(reconciler, KEY)
     assert sink.taken() == [("create", "Provisioned")]
     for _ in range(3):
         clock.now += 1
-        await reconciler.reconcile(KEY)
+        await decide(reconciler, KEY)
     assert sink.taken() == [], "a steady state records nothing"
 
 
 async def test_a_withdrawn_service_records_withdrawn_once() -> None:
     reconciler, sink, caches, clock = running()
-    await reconciler.reconcile(KEY)
+    await decide(reconciler, KEY)
     bind(caches)
     await settle(reconciler, caches, clock)
     sink.taken()
     caches.store(SERVICES).delete((NAMESPACE, ENDPOINT))  # the endpoint goes away
-    await reconciler.reconcile(KEY)
+    await decide(reconciler, KEY)
     assert sink.taken() == [("create", "Withdrawn")], "EndpointDetached itself is no Event"
-    await reconciler.reconcile(KEY)
+    await decide(reconciler, KEY)
     assert sink.taken() == []
 
 
@@ -148,7 +148,7 @@ async def test_a_repeat_within_the_window_patches_the_series() -> None:
     """A rival Service wearing the claim comes and goes three times: ClaimInUse, with the same note,
     is one Event whose series counts 3."""
     reconciler, sink, caches, clock = running()
-    await reconciler.reconcile(KEY)
+    await decide(reconciler, KEY)
     claim = next(iter(caches.store(CLAIMS).values()))["metadata"]["name"]
     bind(caches)
     await settle(reconciler, caches, clock)

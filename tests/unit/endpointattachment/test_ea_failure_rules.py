@@ -24,7 +24,7 @@ from operators.endpointattachment.world import World
 from shared.kube import ApiError
 from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj
-from shared.runtime.controller import Result, StaticCaches
+from shared.runtime.controller import Result, StaticCaches, decide
 from tests.ea_builders import (
     CREATED,
     NAMESPACE,
@@ -216,7 +216,7 @@ def stored_provisioned(caches: StaticCaches) -> tuple[str, str, str]:
 )
 async def test_a_refused_create_is_reported_in_the_same_pass_and_not_sent_again(error: ApiError) -> None:
     running, writer, caches = glue(error)
-    result = await running.reconcile(KA)
+    result = await decide(running, KA)
     assert [c[:2] for c in writer.calls] == [
         ("metadata", "endpointattachments"),  # the finalizer
         ("create", "services"),
@@ -229,17 +229,17 @@ async def test_a_refused_create_is_reported_in_the_same_pass_and_not_sent_again(
     assert result == (Result(requeue_after=running.quota_retry) if quota else Result())
 
     writer.calls.clear()
-    assert await running.reconcile(KA) == result
+    assert await decide(running, KA) == result
     assert writer.calls == [], "the same request is not sent again, and nothing changed"
 
 
 async def test_a_quota_refusal_is_sent_again_after_quota_retry() -> None:
     running, writer, caches = glue(ApiError(403, "Forbidden", "exceeded quota: q"))
-    await running.reconcile(KA)
+    await decide(running, KA)
     writer.refuse = None
     running.wall_clock = lambda: T0 + timedelta(seconds=running.quota_retry + 1)
     writer.calls.clear()
-    assert await running.reconcile(KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
+    assert await decide(running, KA) == Result(requeue_after=controller.STATUS_HOLD_SECONDS)
     assert writer.calls == [("create", "services", "db-public-x7ktr")], "sent again, its status held"
     assert caches.store(SERVICES).get((NAMESPACE, "db-public-x7ktr")) is not None
 
@@ -247,4 +247,4 @@ async def test_a_quota_refusal_is_sent_again_after_quota_retry() -> None:
 async def test_a_transient_error_is_raised_for_the_runtime_to_retry() -> None:
     running, _, _ = glue(ApiError(503, "ServiceUnavailable", "etcd"))
     with pytest.raises(ApiError):
-        await running.reconcile(KA)
+        await decide(running, KA)

@@ -36,7 +36,7 @@ from operators.endpointattachment.world import World
 from shared.conditions import FALSE, TRUE
 from shared.resources import SERVICES
 from shared.runtime.cache import Key, Obj, key_of
-from shared.runtime.controller import StaticCaches
+from shared.runtime.controller import StaticCaches, decide
 from tests.ea_builders import (
     CLAIM,
     CLASS,
@@ -538,7 +538,7 @@ def glue(
 
 async def test_a_held_pass_writes_its_status_then_the_end_of_the_burst_renders() -> None:
     running, writer, caches = glue()
-    result = await running.reconcile(KA)
+    result = await decide(running, KA)
     assert result.requeue_after == pytest.approx(6.0), "the hold's re-check"
     assert not [c for c in writer.calls if c[1] == "services"], "no Service while the burst lasts"
     assert writer.calls[-1] == ("status", "endpointattachments", "db-public")
@@ -546,14 +546,14 @@ async def test_a_held_pass_writes_its_status_then_the_end_of_the_burst_renders()
     found = next(c for c in stored["status"]["conditions"] if c["type"] == CONDITION_PROVISIONED)
     assert (found["status"], found["reason"]) == (FALSE, REASON_WAITING_FOR_ADDRESS)
     writer.calls.clear()
-    assert (await running.reconcile(KA)).requeue_after == pytest.approx(6.0)
+    assert (await decide(running, KA)).requeue_after == pytest.approx(6.0)
     assert writer.calls == [], "a second held pass writes nothing"
     # P1 binds: one other left, a trickle; the map function wakes A, and its pass renders.
     bound = later(fresh("p1"))
     caches.store(CLAIMS).upsert(bound)
     assert controller.provisioning_ended(P1, bound)
     assert controller.attachments_held_for_class(caches, bound) == {KA}
-    await running.reconcile(KA)
+    await decide(running, KA)
     assert ("create", "services", "db-public-x7ktq") in writer.calls
     assert caches.store(SERVICES).get((NS, "db-public-x7ktq")) is not None
 
@@ -568,7 +568,7 @@ async def test_a_held_pass_writes_its_status_then_the_end_of_the_burst_renders()
 )
 async def test_the_glue_passes_its_hold_setting(hold: float, created: bool, recheck: float | None) -> None:
     running, writer, _ = glue(hold)
-    result = await running.reconcile(KA)
+    result = await decide(running, KA)
     assert (("create", "services", "db-public-x7ktq") in writer.calls) is created
     if recheck is not None:
         assert result.requeue_after == pytest.approx(recheck)

@@ -25,6 +25,7 @@ from shared.runtime.controller import (
     Caches,
     Conflict,
     Controller,
+    Memory,
     Owns,
     Result,
     StaticCaches,
@@ -32,6 +33,7 @@ from shared.runtime.controller import (
     Watch,
     Wiring,
     any_change,
+    decide,
     generation_changed,
     labels_changed,
     owner_key,
@@ -277,7 +279,7 @@ async def test_a_debounced_queue_is_woken_during_a_pass_as_before() -> None:
         (None, RESULT_SUCCESS, False),
         (Result(), RESULT_SUCCESS, False),
         (Result(requeue_after=30.0), RESULT_REQUEUE_AFTER, True),
-        (Result(requeue=True), RESULT_REQUEUE, True),
+        (Result(again=True), RESULT_REQUEUE, True),  # still asking after every decision
         (Conflict("stale"), RESULT_REQUEUE, True),
         (TerminalError("bad object"), RESULT_ERROR, False),
         (ApiError(500, "InternalError", "boom"), RESULT_ERROR, True),
@@ -345,3 +347,67 @@ async def test_workers_give_the_loop_back_between_passes_that_send_nothing() -> 
     finally:
         task.cancel()
     assert len(set(passes_seen)) > 10  # it ran between passes, not only before and after them
+
+
+class Unsettled:
+    """Asks ``again`` until it has been asked ``settles_after`` times."""
+
+    def __init__(self, settles_after: int) -> None:
+        self.settles_after, self.calls = settles_after, 0
+
+    async def reconcile(self, key: Key) -> Result:
+        self.calls += 1
+        return Result(again=self.calls < self.settles_after)
+
+
+@pytest.mark.parametrize(
+    ("settles_after", "decisions", "again_counted", "label", "retries"),
+    [
+        (1, 1, 0, RESULT_SUCCESS, 0),  # settled at once
+        (3, 3, 2, RESULT_SUCCESS, 0),  # a mint, then the claim seen: decided again in the same pass
+        (9, 4, 4, RESULT_REQUEUE, 1),  # never settles: bounded, then again with backoff
+    ],
+)
+async def test_decide_again_is_bounded_and_counted(
+    settles_after: int, decisions: int, again_counted: int, label: str, retries: int
+) -> None:
+    registry = CollectorRegistry()
+    reconciler = Unsettled(settles_after)
+    c = Controller(
+        WIRING,
+        reconciler,
+        StaticCaches({WIDGETS: Store()}),
+        metrics=ControllerMetrics(registry),
+        queue_metrics=QueueMetrics(registry),
+        tracing=Tracing(trace.NoOpTracerProvider(), "test"),
+    )
+    assert await c.reconcile_once(("ns", "w1")) == label
+    assert reconciler.calls == decisions
+    assert c.queue.retries(("ns", "w1")) == retries
+    counted = registry.get_sample_value("controller_runtime_decide_again_total", {"controller": "widgets"})
+    assert counted == again_counted
+
+
+async def test_decide_returns_the_first_settled_answer() -> None:
+    assert await decide(Unsettled(2), ("ns", "w1")) == Result()
+
+
+def test_a_memory_is_dropped_when_its_primary_s_deletion_is_delivered() -> None:
+    memory: Memory[str] = Memory()
+    c = Controller(
+        WIRING,
+        Recorder(),
+        StaticCaches({WIDGETS: Store(), PARTS: Store(), GEARS: Store(), GADGETS: Store()}),
+        metrics=ControllerMetrics(CollectorRegistry()),
+        queue_metrics=QueueMetrics(CollectorRegistry()),
+        tracing=Tracing(trace.NoOpTracerProvider(), "test"),
+        forget=(memory.forget,),
+    )
+    memory.set(("ns", "w1"), "refused")
+    memory.set(("ns", "w2"), "held")
+    deliver(c, WIDGETS, obj("w1", generation=1), obj("w1", generation=2))  # a change: kept
+    assert memory.get(("ns", "w1")) == "refused"
+    deliver(c, WIDGETS, obj("w1", generation=2), None)  # deleted: forgotten
+    assert memory.get(("ns", "w1")) is None
+    assert memory.get(("ns", "w2")) == "held"
+    assert len(memory) == 1
