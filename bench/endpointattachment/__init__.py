@@ -39,9 +39,9 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from bench.endpointattachment import attach, churn, coldstart, heal
-from bench.endpointattachment.report import Row, table
 from hack.devcluster import LocalControlPlane
 from harness.manifests import apply_all, load
+from harness.report import Row, progress, report
 from shared.kube import Kube
 
 CRD_FILES = (
@@ -100,10 +100,7 @@ def run(argv: Sequence[str] | None = None) -> int:
         whole_ramp=args.churn_whole_ramp,
     )
     started = time.perf_counter()
-
-    def say(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
-
+    say = progress(started)
     cold = coldstart.ColdOptions(
         attachments=args.cold_attachments or (500 if args.quick else coldstart.COLD_ATTACHMENTS),
         runs=args.cold_runs,
@@ -112,11 +109,11 @@ def run(argv: Sequence[str] | None = None) -> int:
     )
     if args.scenario == "heal":  # on a control plane of its own
         heal_rows, heal_notes = heal.run(heal.HealOptions(rounds=args.heal_rounds), say)
-        return _report("EndpointAttachment MultipleBackends heal", heal_rows, heal_notes, started)
+        return report("EndpointAttachment MultipleBackends heal", heal_rows, heal_notes, started)
     if args.scenario == "coldstart":  # on a control plane of its own
         result = coldstart.run(cold, say)
         title = f"EndpointAttachment cold start ({cold.attachments:,} attachments)"
-        return _report(title, result.rows, result.notes, started)
+        return report(title, result.rows, result.notes, started)
     say("starting the local control plane")
     control_plane = LocalControlPlane()
     with control_plane as cluster:
@@ -146,19 +143,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     if args.scenario == "all":
         result = coldstart.run(cold, say)
         rows, notes = [*rows, *result.rows], [*notes, *result.notes]
-    return _report(f"EndpointAttachment benchmark ({attachments:,} attachments)", rows, notes, started)
-
-
-def _report(title: str, rows: list[Row], notes: list[str], started: float) -> int:
-    """Print the table; 1 when a figure misses its target."""
-    missed = [row.figure.strip() for row in rows if row.met is False]
-    notes.append(
-        f"{len(missed)} of {sum(row.met is not None for row in rows)} targets missed"
-        + (f": {'; '.join(missed)}" if missed else "")
-    )
-    notes.append(f"took {time.perf_counter() - started:.0f}s")
-    print(table(title, rows, notes), flush=True)
-    return 1 if missed else 0
+    return report(f"EndpointAttachment benchmark ({attachments:,} attachments)", rows, notes, started)
 
 
 async def _run(

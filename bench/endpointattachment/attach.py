@@ -5,7 +5,7 @@ The addresses come from the address substrate: its real CRDs, and its real contr
 ``COZY_SUBSTRATE_BIN`` names them (``hack/substrate.py``), else the documented model of its
 controllers (``harness.substrate``: the core binds claims, the MetalLB driver renders one
 ``IPAddressPool`` per class and pins a bound claim's addresses on the Service naming it). The load
-balancer is MetalLB's real controller (``hack.metallb``); a watch (``streams.BalancerWatch``) records
+balancer is MetalLB's real controller (``hack.metallb``); a watch (``harness.streams.BalancerWatch``) records
 when it answers. The benchmark plays what else the local control plane lacks: Cozystack's lineage
 webhook (labels on the applications' endpoint Services) and the kubelet (one Pod per application,
 marked Ready with an IP). The operator runs as a subprocess (``python -m
@@ -47,9 +47,14 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from bench.endpointattachment.apimetrics import ApiServerMetrics, RequestKey, count
-from bench.endpointattachment.report import MULTIPLY, Row, duration, percentile, ratio
-from bench.endpointattachment.streams import (
+from hack.metallb import MetalLB, metallb
+from hack.substrate import pool_name
+from harness.apimetrics import ApiServerMetrics, RequestKey, count
+from harness.lane import address_substrate
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import cpu_seconds
+from harness.report import MULTIPLY, Row, duration, percentile, ratio
+from harness.streams import (
     BalancerWatch,
     follow,
     ingress_ips,
@@ -57,11 +62,6 @@ from bench.endpointattachment.streams import (
     own_cpu_seconds,
     supervised,
 )
-from hack.metallb import MetalLB, metallb
-from hack.substrate import pool_name
-from harness.lane import address_substrate
-from harness.operators import RunningOperator, operator_process
-from harness.procfs import cpu_seconds
 from harness.substrate import METALLB_PROVISIONER
 from harness.waiting import wait_for_object
 from operators.endpointattachment.api import (

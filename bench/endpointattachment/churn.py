@@ -26,7 +26,7 @@ a moment skips that change, so the churn was not kept up. Measured per step:
 * ``workqueue_queue_duration_seconds`` p99 of the attachments' queue, from the histogram's buckets
   on the operator's /metrics, taken as deltas over the step (scraped before its first change and
   after its last is answered), interpolated as Prometheus's ``histogram_quantile`` does
-  (``bench.slo``);
+  (``harness.slo``);
 * change to status p99, nearest rank over every change made, a change unanswered within
   ``item_timeout`` counting as infinitely late; timestamps are ``time.perf_counter()`` of this
   process when the write is sent and when its watch (one of attachments, one of the slots'
@@ -41,7 +41,7 @@ The operator runs as a subprocess with the admin kubeconfig and its own default 
 deployed; ``operator_workers`` sets another).
 
 A step holds when the achieved rate is at least 95 % of the asked one and both SLOs hold
-(``bench.slo.judge``); the ramp stops at the first step that does not. The highest churn the machine
+(``harness.slo.judge``); the ramp stops at the first step that does not. The highest churn the machine
 sustains is the highest step that holds (the target: there is one); the SLO figures at that step are
 the targeted rows.
 
@@ -73,14 +73,10 @@ from bench.endpointattachment.attach import (
     endpoint_service,
     install_application,
 )
-from bench.endpointattachment.report import Row, duration, percentile, ratio
-from bench.endpointattachment.streams import (
-    follow,
-    machine_cpu_seconds,
-    own_cpu_seconds,
-    supervised,
-)
-from bench.slo import (
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import cpu_seconds
+from harness.report import Row, duration, percentile, ratio
+from harness.slo import (
     KEPT_UP,
     QUANTILE,
     QUEUE_P99_TARGET,
@@ -94,8 +90,12 @@ from bench.slo import (
     judge,
     tail_quantile,
 )
-from harness.operators import RunningOperator, operator_process
-from harness.procfs import cpu_seconds
+from harness.streams import (
+    follow,
+    machine_cpu_seconds,
+    own_cpu_seconds,
+    supervised,
+)
 from harness.waiting import eventually
 from operators.endpointattachment.api import ATTACHMENTS, CLASSES
 from operators.endpointattachment.reasons import CONDITION_RESOLVED, REASON_ENDPOINT_NOT_FOUND

@@ -5,7 +5,7 @@ The benchmark fills a fresh local control plane of its own (as the GPUClass cold
 other scenario's leftovers) with ``COLD_ATTACHMENTS`` EndpointAttachments (5,000, issue 18's
 envelope), settled: the applications (``attach.install_world``: a HelmRelease, an endpoint Service
 and a Ready Pod each) and their IPAddressClass, then every attachment created and made Provisioned
-by one warm-up operator process, with ``standin.StandIn`` playing the address substrate and the load
+by one warm-up operator process, with ``harness.standin.StandIn`` playing the address substrate and the load
 balancer (the documented model and MetalLB settle about 1.5 attachments a second; the stand-in
 writes the same objects and statuses at the API's pace). Each attachment then has its minted claim,
 its bound ``IPAddress`` and its rendered LoadBalancer Service with the address in its ingress (and,
@@ -60,18 +60,20 @@ from typing import Final
 import httpx
 
 from bench.endpointattachment import attach
-from bench.endpointattachment.apimetrics import ApiServerMetrics, RequestKey
 from bench.endpointattachment.listing import COMMAND, LISTS
-from bench.endpointattachment.report import MULTIPLY, Row, duration, ratio
-from bench.endpointattachment.standin import StandIn, following
-from bench.endpointattachment.streams import supervised
-from bench.gpuclass.coldstart import _check_log, _log_tail, _pool, _profile_summary, _retrying, _steps
 from bench.gpuclass.plainlist import PAGE_SIZE
+from harness.apimetrics import ApiServerMetrics, RequestKey
+from harness.bulk import pool, retrying
 from harness.controlplane import on_own_control_plane
 from harness.ea_cluster import CRD_FILES
 from harness.manifests import ROOT, apply_all, load
 from harness.operators import RunningOperator, operator_process
+from harness.oplog import check_log, log_tail, profile_summary
+from harness.oplog import steps as logged_steps
 from harness.procfs import cpu_seconds
+from harness.report import MULTIPLY, Row, duration, ratio
+from harness.standin import StandIn, following
+from harness.streams import supervised
 from operators.endpointattachment.api import ATTACHMENTS, CLASSES
 from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER
 from shared.kube import Kube, Obj
@@ -277,7 +279,7 @@ async def _run(
             )
             say(f"coldstart: profiled start {profiled.seconds:.2f}s; profile in {options.profile}")
             profile_notes = (
-                _profile_summary(options.profile)
+                profile_summary(options.profile)
                 if options.profile.exists()
                 else [f"no profile was written to {options.profile} (the operator did not exit in time)"]
             )
@@ -326,9 +328,9 @@ async def _fill(
             async def create(client: Kube, index_name: tuple[int, str]) -> None:
                 index, name = index_name
                 body = attach.attachment(name, endpoints[index % len(endpoints)])
-                await _retrying(lambda: client.create(ATTACHMENTS.path(attach.NAMESPACE), body))
+                await retrying(lambda: client.create(ATTACHMENTS.path(attach.NAMESPACE), body))
 
-            creating = asyncio.create_task(_pool([kube], options.concurrency, enumerate(names), create))
+            creating = asyncio.create_task(pool([kube], options.concurrency, enumerate(names), create))
             deadline = time.perf_counter() + options.fill_timeout
             while not everyone.is_set():
                 with contextlib.suppress(TimeoutError):
@@ -347,7 +349,7 @@ async def _fill(
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         await stand_in.stop()
-    _check_log(log_path)
+    check_log(log_path)
     return empty
 
 
@@ -372,7 +374,7 @@ async def _drained(
             if synced and drained(samples, attachments, elected):
                 return samples
         if operator.process.returncode is not None or time.perf_counter() > deadline:
-            tail = _log_tail(operator.log_path)
+            tail = log_tail(operator.log_path)
             raise AssertionError(f"the operator did not drain in {within:.0f}s:\n{tail}")
         await asyncio.sleep(POLL_SECONDS)  # the interval of a bounded poll
 
@@ -407,8 +409,8 @@ async def _start(
         cpu, used, load = cpu_seconds(pid), _memory_of(pid), os.getloadavg()[0]
         after = await api.requests()
         assert operator.process.returncode is None, "the operator died"
-    _check_log(log_path)
-    steps = _steps(log_path, spawned)
+    check_log(log_path)
+    steps = logged_steps(log_path, spawned)
     return Start(took, steps, cpu, used, passes_by_result(samples), writes(after - before), load)
 
 

@@ -34,7 +34,6 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, Final
 
-from bench.endpointattachment.report import Row, duration, percentile, ratio
 from hack.devcluster import ClusterInfo, LocalControlPlane
 from harness.cozyproxy import CozyProxyModel, cozy_proxy
 from harness.ea_cluster import (
@@ -48,6 +47,7 @@ from harness.ea_cluster import (
     ea_world,
 )
 from harness.following import following, wait_until
+from harness.report import Row, duration, percentile, ratio
 from harness.substrate import DELETE
 from shared.kube import Kube, Obj
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, NAMESPACES, PODS, SERVICES

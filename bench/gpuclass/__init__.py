@@ -15,14 +15,13 @@ never in tests; the exit status is 1 when a figure misses its target.
 from __future__ import annotations
 
 import argparse
-import sys
 import time
 from collections.abc import Sequence
 from pathlib import Path
 
 from bench.gpuclass import coldstart, dra, live, pure
-from bench.gpuclass.report import Row, render
-from bench.gpuclass.world import WorldSpec
+from harness.gpuclass_world import WorldSpec
+from harness.report import Row, progress, report
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -62,10 +61,7 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = parser.parse_args(argv)
 
     started = time.perf_counter()
-
-    def say(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
-
+    say = progress(started)
     rows: list[Row] = []
     notes: list[str] = []
     if args.scenario in ("all", "pure"):
@@ -112,11 +108,4 @@ def main(argv: Sequence[str] | None = None) -> int:
         )
         rows += cold_result.rows
         notes += cold_result.notes
-    missed = [row.figure.strip() for row in rows if row.met is False]
-    notes.append(
-        f"{len(missed)} of {sum(r.met is not None for r in rows)} targets missed"
-        + (f": {'; '.join(missed)}" if missed else "")
-    )
-    notes.append(f"took {time.perf_counter() - started:.0f}s")
-    print(render("GPUClass benchmark", rows, notes), flush=True)
-    return 1 if missed else 0
+    return report("GPUClass benchmark", rows, notes, started)

@@ -1,6 +1,6 @@
 """Scenario 3: the operator's cold start on a large cluster, against a plain LIST of the same objects.
 
-The benchmark fills a fresh local control plane with the synthetic world of ``world.py`` at
+The benchmark fills a fresh local control plane with the synthetic world of ``harness.gpuclass_world`` at
 ``COLD_NODES`` Nodes and ``COLD_PODS`` Pods (5,000 and 150,000: one replica's envelope; created
 ``COLD_CONCURRENCY`` at a time over several clients, as fast as the API answers, each create tried
 again on a 429, a 5xx or no answer; Nodes with their kubelet's status, Pods bound as the generator
@@ -37,38 +37,34 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import io
 import json
 import os
-import pstats
 import signal
 import statistics
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Iterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator, Mapping
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, TypeVar
+from typing import Any, Final
 
 from bench.gpuclass.plainlist import COMMAND, PAGE_SIZE, pages
-from bench.gpuclass.report import Row, seconds, times
-from bench.gpuclass.world import World, WorldSpec, build_world
 from hack.devcluster import ClusterInfo
+from harness.bulk import pool, retrying
 from harness.controlplane import on_own_control_plane
+from harness.gpuclass_world import World, WorldSpec, build_world
 from harness.manifests import ROOT, apply_all, load
+from harness.oplog import LEADING_LINE, check_log, load_average, log_tail, profile_summary, steps
 from harness.procfs import cpu_seconds, memory_bytes
+from harness.report import Row, seconds, times
 from harness.waiting import wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import POD_FIELD_SELECTOR
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
 from operators.gpuclass.reconcile import decide
-from shared.kube import NO_ANSWER, REQUEST_POOL_SIZE, ApiError, Kube, Obj
-from shared.operator import STARTED_LOG
+from shared.kube import REQUEST_POOL_SIZE, Kube, Obj
 from shared.resources import NAMESPACES, NODES, PODS, SERVICE_ACCOUNTS
-
-T = TypeVar("T")
 
 # The issue's envelope for one replica: the pure world's cluster, 5,000 Nodes and 150,000 Pods.
 COLD_NODES: Final = 5_000
@@ -93,24 +89,7 @@ HOLD_SECONDS: Final = 5.0
 KUBEVIRT_NAMESPACE: Final = "cozy-kubevirt"
 LEASE_NAMESPACE: Final = "default"
 POLL_SECONDS: Final = 0.05  # the poll interval while waiting for the first correct status
-# A create or patch that got no answer, or a 429/5xx, is tried again this many times in all...
-CREATE_ATTEMPTS: Final = 5
-# ...after this pause (doubling): a flood of creates may meet the API server's in-flight limit.
-RETRY_PAUSE_SECONDS: Final = 0.5
-HTTP_CONFLICT: Final = 409
 STOP_SECONDS: Final = 30.0  # a stopped operator (and its profile dump) gets this long to exit
-LOG_TAIL_LINES: Final = 40  # of the operator's log, shown when a start fails
-PROFILE_LINES: Final = 25  # functions shown from the profile, by own time and by cumulative time
-# The operator's log lines start with ``%(asctime)s``: local time, milliseconds after a comma.
-LOG_TIME_FORMAT: Final = "%Y-%m-%d %H:%M:%S,%f"
-LOG_TIME_LENGTH: Final = len("2025-03-01 10:00:00,000")
-# The steps of a start the operator logs, as (row label, text of the log line).
-LEADING_LINE: Final = "leading: starting controllers"
-LOG_STEPS: Final = (
-    ("started (interpreter, imports, credentials)", STARTED_LOG),
-    ("caches synced", "caches synced:"),
-    ("leading", LEADING_LINE),
-)
 
 
 @dataclass(frozen=True)
@@ -163,10 +142,10 @@ async def _run(
     # One client per REQUEST_POOL_SIZE creates in flight, each with connections of its own.
     clients = [kube.with_own_connections() for _ in range(-(-options.concurrency // REQUEST_POOL_SIZE))]
     say(f"coldstart: creating {len(world.nodes):,} nodes ({options.concurrency} in flight)")
-    nodes = await _pool(clients, options.concurrency, world.nodes, _create_node)
+    nodes = await pool(clients, options.concurrency, world.nodes, _create_node)
     nodes_seconds = time.perf_counter() - installed
     say(f"coldstart: creating {options.pods:,} pods")
-    pods = await _pool(clients, options.concurrency, world.pods(), _create_pod)
+    pods = await pool(clients, options.concurrency, world.pods(), _create_pod)
     await asyncio.gather(*(client.close() for client in clients))
     for gpu_class in world.classes:  # oldest first: the first class of each name owns it
         await kube.create(
@@ -176,7 +155,7 @@ async def _run(
     pods_seconds = fill_seconds - nodes_seconds - (installed - started)
     say(
         f"coldstart: filled in {fill_seconds:.0f}s ({(nodes + pods) / fill_seconds:,.0f} objects/s; "
-        f"pods {pods / pods_seconds:,.0f}/s); load average {_load_average()}"
+        f"pods {pods / pods_seconds:,.0f}/s); load average {load_average()}"
     )
 
     expected, listed_pods, agrees = await _expected(kube, world)
@@ -190,7 +169,7 @@ async def _run(
         say(
             f"coldstart: turn {turn + 1}/{options.runs}: baseline LIST {listing.seconds:.2f}s, "
             f"operator {start.seconds:.2f}s (÷ {start.seconds / listing.seconds:.2f}), peak RSS "
-            f"{start.peak_rss / 2**20:.0f} MiB; load average {_load_average()}"
+            f"{start.peak_rss / 2**20:.0f} MiB; load average {load_average()}"
         )
     profile_notes: list[str] = []
     if options.profile is not None:
@@ -199,7 +178,7 @@ async def _run(
             cluster, kube, expected, workdir / "operator-profiled.log", options.timeout, options.profile
         )
         say(f"coldstart: profiled start {profiled.seconds:.2f}s; profile in {options.profile}")
-        profile_notes = _profile_summary(options.profile)
+        profile_notes = profile_summary(options.profile)
 
     # Each start is compared with the LIST made just before it: the load on the machine drifts,
     # so a turn's two figures are closer to each other than figures of different turns.
@@ -263,7 +242,7 @@ async def _run(
         f"coldstart: {nodes:,} nodes ({spec.gpu_nodes:,} with GPUs), {pods:,} pods of which "
         f"{listed_pods:,} bound and not finished (the operator's field selector), {len(world.classes)} "
         f"classes; LIST pages of {PAGE_SIZE}; context rows are of the median turn; load average at "
-        f"the end {_load_average()} (a shared machine: the figures are noisy)",
+        f"the end {load_average()} (a shared machine: the figures are noisy)",
         *profile_notes,
     ]
     return ColdResult(rows, notes)
@@ -309,46 +288,6 @@ def _namespace_samples(world: World) -> Iterator[Obj]:
             yield pod
 
 
-async def _pool(
-    clients: Sequence[Kube],
-    concurrency: int,
-    items: Iterable[T],
-    work: Callable[[Kube, T], Awaitable[None]],
-) -> int:
-    """Run ``work`` on every item, ``concurrency`` at a time (items drawn lazily), the workers
-    spread evenly over ``clients``; returns how many."""
-    iterator = iter(items)
-    done = 0
-
-    async def worker(kube: Kube) -> None:
-        nonlocal done
-        for item in iterator:  # shared: each worker draws the next item
-            await work(kube, item)
-            done += 1
-
-    await asyncio.gather(*(worker(clients[i % len(clients)]) for i in range(concurrency)))
-    return done
-
-
-async def _retrying(call: Callable[[], Awaitable[Obj]]) -> None:
-    """One write, tried again on no answer or a transient status; a 409 after a retry is success."""
-    pause = RETRY_PAUSE_SECONDS
-    for attempt in range(CREATE_ATTEMPTS):
-        try:
-            await call()
-            return
-        except ApiError as error:
-            if error.status == HTTP_CONFLICT and attempt > 0:
-                return  # the earlier attempt got through after all
-            if not error.transient or attempt == CREATE_ATTEMPTS - 1:
-                raise
-        except NO_ANSWER:
-            if attempt == CREATE_ATTEMPTS - 1:
-                raise
-        await asyncio.sleep(pause)  # a retry's backoff, not a wait for an effect
-        pause *= 2
-
-
 async def _create_node(kube: Kube, built: Mapping[str, Any]) -> None:
     """A Node as its kubelet registers it (status included), then its taints as built: admission
     taints every new Node not-ready, and no node lifecycle controller runs here to lift that."""
@@ -360,9 +299,9 @@ async def _create_node(kube: Kube, built: Mapping[str, Any]) -> None:
         "spec": built["spec"],
         "status": built["status"],
     }
-    await _retrying(lambda: kube.create(NODES.path(), body))
+    await retrying(lambda: kube.create(NODES.path(), body))
     taints = {"spec": {"taints": built["spec"].get("taints")}}
-    await _retrying(lambda: kube.patch(NODES.path(name=name), taints, kind="merge"))
+    await retrying(lambda: kube.patch(NODES.path(name=name), taints, kind="merge"))
 
 
 async def _create_pod(kube: Kube, built: Mapping[str, Any]) -> None:
@@ -375,11 +314,11 @@ async def _create_pod(kube: Kube, built: Mapping[str, Any]) -> None:
         "spec": built["spec"],
     }
     namespace, name = metadata["namespace"], metadata["name"]
-    await _retrying(lambda: kube.create(PODS.path(namespace), body))
+    await retrying(lambda: kube.create(PODS.path(namespace), body))
     phase = built["status"]["phase"]
     if phase in ("Succeeded", "Failed"):
         patch = {"status": {"phase": phase}}
-        await _retrying(lambda: kube.patch(PODS.path(namespace, name) + "/status", patch, kind="merge"))
+        await retrying(lambda: kube.patch(PODS.path(namespace, name) + "/status", patch, kind="merge"))
 
 
 # --- what is measured ---------------------------------------------------------------------------------
@@ -476,7 +415,7 @@ async def _start(
             if process.returncode is not None or time.perf_counter() > deadline:
                 wrong = {n: (seen.get(n), v) for n, v in expected.items() if seen.get(n) != v}
                 raise AssertionError(
-                    f"no correct status in {within}s; (seen, expected): {wrong}\n{_log_tail(log_path)}"
+                    f"no correct status in {within}s; (seen, expected): {wrong}\n{log_tail(log_path)}"
                 )
             await asyncio.sleep(POLL_SECONDS)  # the poll interval of a bounded poll
         took = time.time() - spawned
@@ -484,7 +423,7 @@ async def _start(
         peak_at_correct = memory_bytes(process.pid, "VmHWM")
         await asyncio.sleep(HOLD_SECONDS)  # a measurement window: the memory of the first watches
         peak = memory_bytes(process.pid, "VmHWM")
-    return Start(took, _steps(log_path, spawned), cpu, peak_at_correct, peak)
+    return Start(took, steps(log_path, spawned), cpu, peak_at_correct, peak)
 
 
 @contextlib.asynccontextmanager
@@ -523,7 +462,7 @@ async def _operator(
             except TimeoutError:
                 process.kill()
                 await process.wait()
-    _check_log(log_path)
+    check_log(log_path)
 
 
 def _logged(log_path: Path, text: str) -> bool:
@@ -531,43 +470,5 @@ def _logged(log_path: Path, text: str) -> bool:
     return text in log_path.read_text(errors="replace")
 
 
-def _log_tail(log_path: Path) -> str:
-    return "\n".join(log_path.read_text(errors="replace").splitlines()[-LOG_TAIL_LINES:])
-
-
-def _check_log(log_path: Path) -> None:
-    assert "Traceback" not in log_path.read_text(errors="replace"), (
-        f"the operator logged a traceback:\n{_log_tail(log_path)}"
-    )
-
-
-def _steps(log_path: Path, spawned: float) -> dict[str, float]:
-    """Seconds from the spawn to each logged step of the start (the first line naming it)."""
-    steps: dict[str, float] = {}
-    for line in log_path.read_text(errors="replace").splitlines():
-        for label, text in LOG_STEPS:
-            if label not in steps and text in line:
-                with contextlib.suppress(ValueError):
-                    at = datetime.strptime(line[:LOG_TIME_LENGTH], LOG_TIME_FORMAT).timestamp()
-                    steps[label] = at - spawned
-    return {label: steps[label] for label, _ in LOG_STEPS if label in steps}
-
-
 def _mib(size: int) -> str:
     return f"{size / 2**20:.0f} MiB"
-
-
-def _load_average() -> str:
-    """The machine's 1, 5 and 15 minute load averages (other work on a shared machine)."""
-    return " ".join(f"{load:.1f}" for load in os.getloadavg())
-
-
-def _profile_summary(path: Path) -> list[str]:
-    """The profile's top functions by own time and by cumulative time, as note lines."""
-    notes: list[str] = []
-    for order in ("tottime", "cumulative"):
-        out = io.StringIO()
-        pstats.Stats(str(path), stream=out).sort_stats(order).print_stats(PROFILE_LINES)
-        notes.append(f"profile of one start, by {order}:")
-        notes += [line for line in out.getvalue().splitlines() if line.strip()]
-    return notes

@@ -33,27 +33,19 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.gpuclass.pure import event_time, loads_time, median_time, sample_events
-from bench.gpuclass.report import Row, seconds, times
-from bench.gpuclass.world import Obj, World, WorldSpec, build_world, is_gpu_pod
+from harness.gpuclass_world import GPU_DRIVER, SHAPES, Obj, WorldSpec, build_world, with_dra
+from harness.report import Row, seconds, times
 from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
 from operators.gpuclass.reconcile import decide
-from operators.gpuclass.scheduling import bound_node, extended_requests
 
 # The targets of the issue.
 PASS_TARGET_SECONDS = 20e-3
 
-GPU_DRIVER = "gpu.nvidia.com"
 # A slice of at most this many devices is a passthrough node's (the vGPU nodes' hold 32 to 64).
 SMALL_SLICE = 9
 VGPU_SLICE = 64  # the largest vGPU node's devices
-NIC_DRIVER = "nic.example.com"
-# Two shapes per class: a small and a large instance type.
-SHAPES: tuple[Obj, ...] = (
-    {"name": "small", "units": 1, "cpu": "8", "memory": "32Gi"},
-    {"name": "large", "units": 2, "cpu": "32", "memory": "256Gi"},
-)
 
 
 @dataclass(frozen=True)
@@ -68,14 +60,6 @@ class DraOptions:
 class DraResult:
     rows: list[Row]
     notes: list[str]
-
-
-@dataclass(frozen=True)
-class DraWorld:
-    device_classes: list[Obj]
-    slices: list[Obj]
-    claims: list[Obj]
-    classes: list[Obj]  # half count DRA devices, every one lists SHAPES
 
 
 def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
@@ -223,128 +207,6 @@ def _texts(events: Sequence[Obj]) -> list[str]:
 def _key(obj: Mapping[str, Any]) -> tuple[str, str]:
     metadata = obj["metadata"]
     return metadata.get("namespace", ""), metadata["name"]
-
-
-# --- the DRA world ------------------------------------------------------------------------------
-
-
-def with_dra(world: World, pods: Sequence[Obj]) -> DraWorld:
-    """One slice per node, one claim per GPU VM, a DeviceClass per GPU model; the classes with an
-    odd index count DRA devices, and every class lists ``SHAPES``."""
-    models = {r.name: r.name.split("/")[1] for r in world.resources}
-    device_classes = [_device_class(model) for model in models.values()]
-    slices = []
-    allocatable: dict[str, tuple[str, int]] = {}
-    for node in world.nodes:
-        name = node["metadata"]["name"]
-        found = [(r, int(v)) for r, v in node["status"]["allocatable"].items() if r in models]
-        if found:
-            resource, units = found[0]
-            allocatable[name] = (models[resource], units)
-            devices = [_gpu(i, models[resource]) for i in range(units)]
-            slices.append(_slice(name, GPU_DRIVER, devices))
-        else:
-            slices.append(_slice(name, NIC_DRIVER, [_nic(i) for i in range(2)]))
-    names = frozenset(models)
-    taken: dict[str, int] = {}
-    claims = []
-    for pod in pods:
-        if not is_gpu_pod(pod, names):
-            continue
-        resource, amount = next((r, a) for r, a in extended_requests(pod).amounts.items() if r in names)
-        bound = bound_node(pod)
-        results = []
-        if bound is not None and bound in allocatable:
-            first = taken.get(bound, 0)
-            taken[bound] = first + amount
-            results = [
-                {"request": "gpu", "driver": GPU_DRIVER, "pool": bound, "device": f"gpu-{i}"}
-                for i in range(first, first + amount)
-            ]
-        claims.append(_claim(pod, f"dra-{models[resource].lower().replace('_', '-')}", amount, results))
-    classes = []
-    for index, cls in enumerate(world.classes):
-        spec = {**cls["spec"], "vmShapes": [dict(s) for s in SHAPES]}
-        if index % 2:
-            model = models[spec.pop("resourceName")]
-            spec["deviceClassName"] = f"dra-{model.lower().replace('_', '-')}"
-        classes.append({**cls, "spec": spec})
-    return DraWorld(device_classes, slices, claims, classes)
-
-
-def _device_class(model: str) -> Obj:
-    expression = (
-        f'device.driver == "{GPU_DRIVER}" && device.attributes["{GPU_DRIVER}"].productName == "{model}"'
-    )
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "DeviceClass",
-        "metadata": {"name": f"dra-{model.lower().replace('_', '-')}", "generation": 1},
-        "spec": {"selectors": [{"cel": {"expression": expression}}]},
-    }
-
-
-def _gpu(index: int, model: str) -> Obj:
-    return {
-        "name": f"gpu-{index}",
-        "attributes": {
-            "type": {"string": "gpu"},
-            "productName": {"string": model},
-            "index": {"int": index},
-            "uuid": {"string": f"GPU-{random.Random(index).getrandbits(64):016x}"},
-            "driverVersion": {"version": "580.65.6"},
-        },
-        "capacity": {"memory": {"value": "80Gi"}},
-    }
-
-
-def _nic(index: int) -> Obj:
-    return {"name": f"nic-{index}", "attributes": {"speed": {"int": 100}}}
-
-
-def _slice(node: str, driver: str, devices: list[Obj]) -> Obj:
-    return {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceSlice",
-        "metadata": {
-            "name": f"{node}-{driver}",
-            "uid": f"slice-{node}-{driver}",
-            "resourceVersion": "100",
-            "generation": 1,
-            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"node-{node}"}],
-        },
-        "spec": {
-            "driver": driver,
-            "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
-            "devices": devices,
-        },
-    }
-
-
-def _claim(pod: Obj, device_class: str, count: int, results: list[Obj]) -> Obj:
-    metadata = pod["metadata"]
-    claim: Obj = {
-        "apiVersion": "resource.k8s.io/v1",
-        "kind": "ResourceClaim",
-        "metadata": {
-            "name": f"{metadata['name']}-gpu",
-            "namespace": metadata["namespace"],
-            "uid": f"claim-{metadata['uid']}",
-            "resourceVersion": "200",
-        },
-        "spec": {
-            "devices": {
-                "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}]
-            }
-        },
-    }
-    if results:
-        claim["status"] = {
-            "allocation": {"devices": {"results": results}},
-            "reservedFor": [{"resource": "pods", "name": metadata["name"], "uid": metadata["uid"]}],
-        }
-    return claim
 
 
 def slice_events(slices: Sequence[Obj]) -> tuple[list[Obj], list[Obj], list[Obj]]:

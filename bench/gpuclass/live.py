@@ -20,7 +20,7 @@ semaphore). It then makes one last change, chosen so that the expected status mo
   Also shown net of the CPU that follows the clock (the process's CPU per second while quiet, times
   the run's duration: renewals, the periodic pass, bookmarks);
 * the controller SLOs under the churn (issue 18): ``workqueue_queue_duration_seconds`` p99 from the
-  operator's histogram buckets over the churn (``bench.slo``), and a pod change's time to its
+  operator's histogram buckets over the churn (``harness.slo``), and a pod change's time to its
   class's status p99, from the probe (``PROBE_CLASS``) against the API server's answer to its writes.
 
 Baseline for the ratio: a naive operator's pass, i.e. listing every Node, Pod and class from the API
@@ -36,14 +36,16 @@ import json
 import random
 import statistics
 import time
-from collections.abc import Awaitable, Callable, Iterable, Mapping
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 from bench.gpuclass.pure import collector_off
-from bench.gpuclass.report import Row, seconds, times
-from bench.gpuclass.world import (
+from hack.devcluster import ClusterInfo
+from harness.bulk import gather
+from harness.controlplane import on_own_control_plane
+from harness.gpuclass_world import (
     GPU_TAINT_KEY,
     GpuResource,
     class_objects,
@@ -53,7 +55,11 @@ from bench.gpuclass.world import (
     node_name,
     node_object,
 )
-from bench.slo import (
+from harness.manifests import apply_all, load
+from harness.operators import RunningOperator, operator_process
+from harness.procfs import cpu_seconds, memory_bytes
+from harness.report import Row, seconds, times
+from harness.slo import (
     QUEUE_P99_TARGET,
     STATUS_P99_TARGET,
     bucket_delta,
@@ -61,11 +67,6 @@ from bench.slo import (
     histogram_quantile,
     tail_quantile,
 )
-from hack.devcluster import ClusterInfo
-from harness.controlplane import on_own_control_plane
-from harness.manifests import apply_all, load
-from harness.operators import RunningOperator, operator_process
-from harness.procfs import cpu_seconds, memory_bytes
 from harness.waiting import wait_for_object
 from operators.gpuclass.api import GPUCLASSES
 from operators.gpuclass.controller import CONTROLLER_NAME, POD_FIELD_SELECTOR
@@ -74,8 +75,6 @@ from operators.gpuclass.kubevirt import Found, KubeVirtView, NotInstalled
 from operators.gpuclass.reconcile import ClassDecision, decide
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import KUBEVIRTS, NODES, PODS, SERVICE_ACCOUNTS
-
-T = TypeVar("T")
 
 KUBEVIRT_NAMESPACE = "cozy-kubevirt"
 NAMESPACE = "bench-gpuclass"
@@ -188,9 +187,9 @@ async def _run(
         started = time.perf_counter()
         say(f"live: creating {options.pods:,} GPU pods, then {options.churn_rounds} rounds of churn")
         probing = asyncio.create_task(probe.run())
-        await _gather(limit, [_create_pod(kube, churn) for _ in range(options.pods)])
+        await gather(limit, [_create_pod(kube, churn) for _ in range(options.pods)])
         for _ in range(options.churn_rounds):
-            await _gather(limit, _churn_round(kube, churn))
+            await gather(limit, _churn_round(kube, churn))
         churn_seconds = time.perf_counter() - started
         await probe.stop(probing)
         queue_after = buckets(await operator.scrape(), QUEUE_HISTOGRAM, name=CONTROLLER_NAME)
@@ -398,14 +397,6 @@ async def _create_node(kube: Kube, built: Mapping[str, Any]) -> None:
 
 
 # --- churn --------------------------------------------------------------------------------------
-
-
-async def _gather(limit: asyncio.Semaphore, work: Iterable[Awaitable[T]]) -> list[T]:
-    async def bounded(item: Awaitable[T]) -> T:
-        async with limit:
-            return await item
-
-    return await asyncio.gather(*(bounded(item) for item in work))
 
 
 def _place(churn: Churn) -> tuple[GpuResource, NodeRoom | None, int]:

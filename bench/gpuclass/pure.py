@@ -54,8 +54,8 @@ from typing import Any, TypeVar
 
 from kubernetes.utils import parse_quantity as _untyped_parse_quantity
 
-from bench.gpuclass.report import Row, megabytes, seconds, times
-from bench.gpuclass.world import Obj, World, WorldSpec, build_world, is_gpu_pod, pod_status
+from harness.gpuclass_world import Obj, World, WorldSpec, build_world, is_gpu_pod, pod_status
+from harness.report import Row, megabytes, seconds, times
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
 from operators.gpuclass.quantity import parse_exact, parse_value

@@ -40,14 +40,14 @@ from pathlib import Path
 
 import httpx
 
-from bench.endpointattachment.apimetrics import ApiServerMetrics
-from bench.endpointattachment.report import MULTIPLY, Row, table
 from bench.soak import analysis, churn, memwhere
 from hack.devcluster import LocalControlPlane
+from harness.apimetrics import ApiServerMetrics
 from harness.lane import address_substrate
 from harness.loadbalancer import load_balancer
 from harness.operators import RunningOperator, operator_process
 from harness.procfs import memory_bytes
+from harness.report import MULTIPLY, Row, progress, report
 from harness.waiting import eventually
 from operators.endpointattachment.api import ATTACHMENTS
 from shared import events
@@ -150,10 +150,7 @@ def run(argv: Sequence[str] | None = None) -> int:
     seconds = args.minutes * 60
     warmup = (args.warmup_minutes * 60) if args.warmup_minutes is not None else seconds / 5
     started = time.perf_counter()
-
-    def say(message: str) -> None:
-        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
-
+    say = progress(started)
     say("starting the local control plane")
     control_plane = LocalControlPlane()
     with control_plane as cluster:
@@ -174,19 +171,12 @@ def run(argv: Sequence[str] | None = None) -> int:
         except BaseException:
             say(f"failed; the control plane's files and the logs stay in {control_plane.dir}")
             raise
-    missed = [row.figure for row in rows if row.met is False]
-    if missed:
+    if any(row.met is False for row in rows):
         notes.append(f"samples and operator logs kept in {control_plane.dir}")
     else:
         shutil.rmtree(control_plane.dir, ignore_errors=True)
-    notes.append(
-        f"{len(missed)} of {sum(row.met is not None for row in rows)} targets missed"
-        + (f": {'; '.join(missed)}" if missed else "")
-    )
-    notes.append(f"took {time.perf_counter() - started:.0f}s")
     title = f"Soak benchmark ({args.minutes:g} min of churn at {args.rate:g}{MULTIPLY} the trial rate)"
-    print(table(title, rows, notes), flush=True)
-    return 1 if missed else 0
+    return report(title, rows, notes, started)
 
 
 async def _run(

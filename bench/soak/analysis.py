@@ -35,7 +35,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from bench.endpointattachment.report import Row, ratio
+from harness.report import Row, ratio
 
 MEMORY_TOLERANCE: Final = 0.05
 MAX_PASSES_PER_CHANGE: Final = 1.5

@@ -1,4 +1,4 @@
-"""bench.slo: a quantile from a histogram's buckets as Prometheus computes it, and a churn step's verdict."""
+"""harness.slo: a quantile from a histogram's buckets as Prometheus computes it; a churn step's verdict."""
 
 from __future__ import annotations
 
@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from bench.slo import (
+from harness.slo import (
     Buckets,
     StepFigures,
     Verdict,

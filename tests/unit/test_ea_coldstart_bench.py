@@ -10,7 +10,6 @@ from typing import Any
 
 import pytest
 
-from bench.endpointattachment.apimetrics import RequestKey
 from bench.endpointattachment.coldstart import (
     ACTIVE,
     COLD_ATTACHMENTS,
@@ -30,7 +29,8 @@ from bench.endpointattachment.coldstart import (
     writes,
 )
 from bench.endpointattachment.listing import LISTS, informer_lists
-from bench.endpointattachment.standin import (
+from harness.apimetrics import RequestKey
+from harness.standin import (
     address_body,
     associated_status,
     claim_status,

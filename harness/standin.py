@@ -30,8 +30,8 @@ from collections.abc import Awaitable, Callable, Iterator, Mapping
 from datetime import UTC, datetime
 from typing import Any, Final
 
-from bench.endpointattachment.streams import Handler, follow, supervised
-from bench.gpuclass.coldstart import _retrying
+from harness.bulk import retrying
+from harness.streams import Handler, follow, supervised
 from harness.substrate import (
     BOUND,
     CLASS_RESOLVED,
@@ -162,22 +162,20 @@ class StandIn:
     async def _bind(self, claim: Obj, ip: str) -> None:
         namespace, name = self.namespace, str(_metadata(claim)["name"])
         kube, address = self.kube, address_body(ip, self.class_name, claim)
-        await _retrying(lambda: kube.create(ADDRESSES.path(), address))  # a 409 on a retry: it got through
+        await retrying(lambda: kube.create(ADDRESSES.path(), address))  # a 409 on a retry: it got through
         status = {"status": {"phase": BOUND}}
-        await _retrying(
-            lambda: kube.patch(ADDRESSES.path(name=address_name(ip)) + "/status", status, "merge")
-        )
+        await retrying(lambda: kube.patch(ADDRESSES.path(name=address_name(ip)) + "/status", status, "merge"))
         self.ip_of[name] = ip  # before the claim shows it: the operator renders on that
         body = claim_status(claim, self.class_name, ip, rfc3339(datetime.now(UTC)))
-        await _retrying(lambda: kube.patch(CLAIMS.path(namespace, name) + "/status", body, "merge"))
+        await retrying(lambda: kube.patch(CLAIMS.path(namespace, name) + "/status", body, "merge"))
 
     async def _answer(self, service: Obj, ip: str) -> None:
         kube, path = self.kube, SERVICES.path(self.namespace, str(_metadata(service)["name"]))
         pin = {"metadata": {"annotations": {METALLB_IPS_ANNOTATION: ip}}}
-        await _retrying(lambda: kube.patch(path, pin, "merge"))
+        await retrying(lambda: kube.patch(path, pin, "merge"))
         address, associated = ADDRESSES.path(name=address_name(ip)) + "/status", associated_status(service)
-        await _retrying(lambda: kube.patch(address, associated, "merge"))
-        await _retrying(lambda: kube.patch(path + "/status", ingress_status(ip), "merge"))
+        await retrying(lambda: kube.patch(address, associated, "merge"))
+        await retrying(lambda: kube.patch(path + "/status", ingress_status(ip), "merge"))
 
     async def _writer(self) -> None:
         while True:

@@ -19,7 +19,7 @@ Decides (pure: samples in, figures and verdicts out):
   asked rate of a step that holds.
 
 Does not: scrape, watch, drive churn or read a clock (``bench.endpointattachment.churn`` and
-``bench.gpuclass.churn`` do).
+``bench.gpuclass.live`` do).
 """
 
 from __future__ import annotations

@@ -1,5 +1,7 @@
-"""Synthetic clusters for the GPUClass benchmark: Nodes, Pods, GPUClasses and a KubeVirt CR, shaped
-as the API returns them in watch events, generated from a seed (the same spec gives the same world).
+"""The harness's GPUClass world at scale, for the benchmarks: Nodes, Pods, GPUClasses and a KubeVirt CR
+(and, with ``with_dra``, DeviceClasses, a ResourceSlice per node and a ResourceClaim per GPU VM),
+shaped as the API returns them in watch events, generated from a seed (the same spec gives the same
+world). The tests' hand-written objects are ``tests/gpuclass_builders.py``'s; this module builds many.
 
 Decides the shape of a large Cozystack cluster as the benchmark sees it:
 
@@ -27,6 +29,8 @@ import uuid
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+from operators.gpuclass.scheduling import bound_node, extended_requests
 
 Obj = dict[str, Any]
 
@@ -873,3 +877,141 @@ def is_gpu_pod(pod: Mapping[str, Any], gpu_names: frozenset[str]) -> bool:
         if gpu_names.intersection(c.get("resources", {}).get("requests", {})):
             return True
     return False
+
+
+# --- the DRA world (resource.k8s.io/v1) ---------------------------------------------------------
+
+GPU_DRIVER = "gpu.nvidia.com"
+NIC_DRIVER = "nic.example.com"
+# Two shapes per class: a small and a large instance type.
+SHAPES: tuple[Obj, ...] = (
+    {"name": "small", "units": 1, "cpu": "8", "memory": "32Gi"},
+    {"name": "large", "units": 2, "cpu": "32", "memory": "256Gi"},
+)
+
+
+@dataclass(frozen=True)
+class DraWorld:
+    device_classes: list[Obj]
+    slices: list[Obj]
+    claims: list[Obj]
+    classes: list[Obj]  # half count DRA devices, every one lists SHAPES
+
+
+def with_dra(world: World, pods: Sequence[Obj]) -> DraWorld:
+    """One slice per node, one claim per GPU VM, a DeviceClass per GPU model; the classes with an
+    odd index count DRA devices, and every class lists ``SHAPES``."""
+    models = {r.name: r.name.split("/")[1] for r in world.resources}
+    device_classes = [_device_class(model) for model in models.values()]
+    slices = []
+    allocatable: dict[str, tuple[str, int]] = {}
+    for node in world.nodes:
+        name = node["metadata"]["name"]
+        found = [(r, int(v)) for r, v in node["status"]["allocatable"].items() if r in models]
+        if found:
+            resource, units = found[0]
+            allocatable[name] = (models[resource], units)
+            devices = [_gpu(i, models[resource]) for i in range(units)]
+            slices.append(_slice(name, GPU_DRIVER, devices))
+        else:
+            slices.append(_slice(name, NIC_DRIVER, [_nic(i) for i in range(2)]))
+    names = frozenset(models)
+    taken: dict[str, int] = {}
+    claims = []
+    for pod in pods:
+        if not is_gpu_pod(pod, names):
+            continue
+        resource, amount = next((r, a) for r, a in extended_requests(pod).amounts.items() if r in names)
+        bound = bound_node(pod)
+        results = []
+        if bound is not None and bound in allocatable:
+            first = taken.get(bound, 0)
+            taken[bound] = first + amount
+            results = [
+                {"request": "gpu", "driver": GPU_DRIVER, "pool": bound, "device": f"gpu-{i}"}
+                for i in range(first, first + amount)
+            ]
+        claims.append(_claim(pod, f"dra-{models[resource].lower().replace('_', '-')}", amount, results))
+    classes = []
+    for index, cls in enumerate(world.classes):
+        spec = {**cls["spec"], "vmShapes": [dict(s) for s in SHAPES]}
+        if index % 2:
+            model = models[spec.pop("resourceName")]
+            spec["deviceClassName"] = f"dra-{model.lower().replace('_', '-')}"
+        classes.append({**cls, "spec": spec})
+    return DraWorld(device_classes, slices, claims, classes)
+
+
+def _device_class(model: str) -> Obj:
+    expression = (
+        f'device.driver == "{GPU_DRIVER}" && device.attributes["{GPU_DRIVER}"].productName == "{model}"'
+    )
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "DeviceClass",
+        "metadata": {"name": f"dra-{model.lower().replace('_', '-')}", "generation": 1},
+        "spec": {"selectors": [{"cel": {"expression": expression}}]},
+    }
+
+
+def _gpu(index: int, model: str) -> Obj:
+    return {
+        "name": f"gpu-{index}",
+        "attributes": {
+            "type": {"string": "gpu"},
+            "productName": {"string": model},
+            "index": {"int": index},
+            "uuid": {"string": f"GPU-{random.Random(index).getrandbits(64):016x}"},
+            "driverVersion": {"version": "580.65.6"},
+        },
+        "capacity": {"memory": {"value": "80Gi"}},
+    }
+
+
+def _nic(index: int) -> Obj:
+    return {"name": f"nic-{index}", "attributes": {"speed": {"int": 100}}}
+
+
+def _slice(node: str, driver: str, devices: list[Obj]) -> Obj:
+    return {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceSlice",
+        "metadata": {
+            "name": f"{node}-{driver}",
+            "uid": f"slice-{node}-{driver}",
+            "resourceVersion": "100",
+            "generation": 1,
+            "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"node-{node}"}],
+        },
+        "spec": {
+            "driver": driver,
+            "nodeName": node,
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "devices": devices,
+        },
+    }
+
+
+def _claim(pod: Obj, device_class: str, count: int, results: list[Obj]) -> Obj:
+    metadata = pod["metadata"]
+    claim: Obj = {
+        "apiVersion": "resource.k8s.io/v1",
+        "kind": "ResourceClaim",
+        "metadata": {
+            "name": f"{metadata['name']}-gpu",
+            "namespace": metadata["namespace"],
+            "uid": f"claim-{metadata['uid']}",
+            "resourceVersion": "200",
+        },
+        "spec": {
+            "devices": {
+                "requests": [{"name": "gpu", "exactly": {"deviceClassName": device_class, "count": count}}]
+            }
+        },
+    }
+    if results:
+        claim["status"] = {
+            "allocation": {"devices": {"results": results}},
+            "reservedFor": [{"resource": "pods", "name": metadata["name"], "uid": metadata["uid"]}],
+        }
+    return claim

@@ -1,18 +1,22 @@
-"""The EndpointAttachment benchmark's table and the few statistics it prints.
+"""The benchmarks' tables and the few statistics they print.
 
 Decides only presentation, in the house style of the benchmarks (one row per figure: value, target,
 verdict, ratio against a baseline measured in the same run), and how a percentile is taken: nearest
 rank, so p99 of 100 samples is the 99th smallest, and every reported value was really observed.
-A row without a target is context and has no verdict.
+A row without a target is context (a baseline, or a figure the brief sets no target for) and has no
+verdict. Two styles of units stay as each benchmark has printed them: ``seconds``/``times`` (GPUClass)
+and ``duration``/``ratio`` (EndpointAttachment, soak).
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+import sys
+import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
-MULTIPLY = "\u00d7"
+MULTIPLY = "\u00d7"  # the multiplication sign
 HEADER = ("figure", "value", "target", "verdict", "ratio")
 
 
@@ -49,8 +53,30 @@ def duration(value: float) -> str:
     return f"{value * 1e6:.0f} µs"
 
 
+def seconds(value: float) -> str:
+    """A duration in the unit that keeps three significant figures readable."""
+    if value >= 1:
+        return f"{value:.2f} s"
+    if value >= 1e-3:
+        return f"{value * 1e3:.2f} ms"
+    return f"{value * 1e6:.2f} µs"
+
+
+def megabytes(value: float) -> str:
+    return f"{value / 1e6:.1f} MB"
+
+
 def ratio(value: float) -> str:
     return f"{value:.2f}{MULTIPLY}" if value < 10 else f"{value:.1f}{MULTIPLY}"
+
+
+def times(value: float) -> str:
+    """A ratio, with the multiplication sign: 1,234, 12.3 or 0.12 times."""
+    if value >= 100:
+        return f"{value:,.0f}{MULTIPLY}"
+    if value >= 10:
+        return f"{value:.1f}{MULTIPLY}"
+    return f"{value:.2f}{MULTIPLY}"
 
 
 def table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> str:
@@ -67,3 +93,23 @@ def table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> str:
     out.append(rule)
     out.extend(f"  {note}" for note in notes)
     return "\n".join(out)
+
+
+def progress(started: float) -> Callable[[str], None]:
+    """``say``: a progress line on stderr, stamped with the seconds since ``started``."""
+
+    def say(message: str) -> None:
+        print(f"[{time.perf_counter() - started:6.1f}s] {message}", file=sys.stderr, flush=True)
+
+    return say
+
+
+def report(title: str, rows: Sequence[Row], notes: Sequence[str], started: float) -> int:
+    """Print the table with how many targets were missed and how long it took; 1 when a figure
+    misses its target, else 0."""
+    missed = [row.figure.strip() for row in rows if row.met is False]
+    summary = f"{len(missed)} of {sum(row.met is not None for row in rows)} targets missed" + (
+        f": {'; '.join(missed)}" if missed else ""
+    )
+    print(table(title, rows, [*notes, summary, f"took {time.perf_counter() - started:.0f}s"]), flush=True)
+    return 1 if missed else 0
