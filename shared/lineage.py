@@ -61,10 +61,11 @@ def labels_of(obj: Mapping[str, Any]) -> Mapping[str, str]:
 def application_of(obj: Mapping[str, Any]) -> ApplicationRef | None:
     """The application the lineage labels name, or None unless all three are present and non-empty."""
     labels = labels_of(obj)
-    values = [labels.get(key) for key in _APPLICATION_LABELS]
-    if not all(isinstance(value, str) and value for value in values):
+    group, kind, name = map(labels.get, _APPLICATION_LABELS)
+    if not (
+        isinstance(group, str) and group and isinstance(kind, str) and kind and isinstance(name, str) and name
+    ):
         return None
-    group, kind, name = (str(value) for value in values)
     return ApplicationRef(group=group, kind=kind, name=name)
 
 

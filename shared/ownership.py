@@ -72,8 +72,13 @@ def owner_uids(
 
 def sole_controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     """The object's controller reference, or None when it has none or (invalidly) more than one."""
-    controllers = [ref for ref in owner_references(obj) if ref.get("controller") is True]
-    return controllers[0] if len(controllers) == 1 else None
+    found: Mapping[str, Any] | None = None
+    for ref in (obj.get("metadata") or {}).get("ownerReferences") or ():
+        if isinstance(ref, Mapping) and ref.get("controller") is True:
+            if found is not None:
+                return None  # two controllers: none is the controller
+            found = ref
+    return found
 
 
 def _group_of(api_version: str) -> str:

@@ -49,7 +49,7 @@ import dataclasses
 import enum
 import logging
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from datetime import UTC, datetime
 from typing import Any, Final
 
@@ -69,11 +69,17 @@ from operators.endpointattachment.api import (
     REPROGRAM_ANNOTATION,
     SERVICE_PROXY_NAME_LABEL,
 )
-from operators.endpointattachment.datapath import programmed_backends, ready_backends, reprogram_token
+from operators.endpointattachment.datapath import (
+    ProxiedService,
+    programmed_backends,
+    ready_backends,
+    reprogram_token,
+)
 from operators.endpointattachment.events import EventNote, minted, rendered, transitions, withdrawn
 from operators.endpointattachment.metrics import WorldCollector
 from operators.endpointattachment.reconcile import (
     HANDOVER_HOLD_MIN_PROVISIONING,
+    Observed,
     PassContext,
     Plan,
     ServiceAction,
@@ -412,6 +418,9 @@ class Remembered:
     written_at: datetime | None = None
 
 
+# The namespace's proxied Services as a pass read them (None: not read; a change of ours reads them).
+Rivals = Sequence[ProxiedService] | None
+
 # A decision's answer to the runtime: nothing more, or a look again this much later.
 SETTLED: Final = Result()
 AGAIN: Final = Result(again=True)
@@ -471,17 +480,19 @@ class AttachmentReconciler:
             return SETTLED
         if self.world.substrate_catching_up():
             return Result(requeue_after=CATCH_UP_SECONDS)
-        plan = self._decide(key, attachment)
+        observed, plan = self._decide(key, attachment)
+        # The namespace's proxied Services as this pass read them: whom a change of ours concerns.
+        rivals = observed.rivals if observed.spec is not None and observed.spec.vm_mode else None
         if plan.finalizing:
             self.memory.forget(key)
-            return AGAIN if await self._finalize(attachment, plan) else SETTLED
+            return AGAIN if await self._finalize(attachment, plan, rivals) else SETTLED
         attachment = await HOLD.hold(
             self.writer, attachment, owner_reference=plan.owner_reference, labels=plan.labels
         )
-        if (minted_or_refused := await self._apply_claims(key, plan)) is not None:
+        if (minted_or_refused := await self._apply_claims(key, plan, rivals)) is not None:
             return minted_or_refused
         now = self.clock()
-        applied = await self._apply_service(key, plan)
+        applied = await self._apply_service(key, plan, rivals)
         if applied is _Applied.AGAIN:
             return AGAIN  # refused: the next decision reports it
         if applied is _Applied.CREATED or plan.restoring:
@@ -496,7 +507,7 @@ class AttachmentReconciler:
         waits = [w for w in (held, plan.recheck_after) if w is not None]
         return Result(requeue_after=max(min(waits), MIN_RECHECK_SECONDS)) if waits else SETTLED
 
-    def _decide(self, key: Key, attachment: Obj) -> Plan:
+    def _decide(self, key: Key, attachment: Obj) -> tuple[Observed, Plan]:
         """The pure decision over what the caches hold and what the glue remembers."""
         observed = self.world.observed(attachment)
         _read(observed.claim, *observed.services)
@@ -509,9 +520,9 @@ class AttachmentReconciler:
             quota_retry_seconds=self.quota_retry,
             handover_hold_seconds=self.handover_hold,
         )
-        return reconcile(observed, context)
+        return observed, reconcile(observed, context)
 
-    async def _apply_claims(self, key: Key, plan: Plan) -> Result | None:
+    async def _apply_claims(self, key: Key, plan: Plan, rivals: Rivals) -> Result | None:
         """Surplus claims and Services of ours deleted, then the mint: AGAIN once it is answered
         (or refused: the next decision reports it); None when there is no mint."""
         for surplus in plan.delete_claims:
@@ -519,7 +530,7 @@ class AttachmentReconciler:
             await self.writer.delete(CLAIMS, surplus)
         for surplus in plan.surplus_services:
             log.info("%s/%s: deleting Service %s, a second render", *key, key_of(surplus)[1])
-            await self._delete_service(surplus)
+            await self._delete_service(surplus, rivals)
         if plan.mint is None:
             return None
         try:
@@ -559,7 +570,7 @@ class AttachmentReconciler:
         remembered.holding_until = None
         return None
 
-    async def _finalize(self, attachment: Obj, plan: Plan) -> bool:
+    async def _finalize(self, attachment: Obj, plan: Plan, rivals: Rivals) -> bool:
         """Our Services first; once they are gone, our finalizer. True: every Service this deleted is
         gone already (it held no finalizer), so decide again now and release in the same pass; else
         their deletion wakes the pass through ``owns``. The minted claim goes with the attachment, by
@@ -567,25 +578,25 @@ class AttachmentReconciler:
         if not HOLD.releasing(attachment):
             return False
         deleted = [s for s in (plan.service, *plan.surplus_services) if s is not None]
-        gone = [await self._delete_service(service) for service in deleted]
+        gone = [await self._delete_service(service, rivals) for service in deleted]
         if deleted:
             return all(gone)
         if not plan.waits_for_service:
             await HOLD.release(self.writer, attachment)
         return False
 
-    async def _delete_service(self, service: Mapping[str, Any]) -> bool:
+    async def _delete_service(self, service: Mapping[str, Any], rivals: Rivals = None) -> bool:
         """Delete a Service of ours (the UID precondition: only the very Service we judged ours), then
         have cozy-proxy program its survivors again. True when it is gone at once: it held no
         finalizer, so the API removed it on the spot and the cache forgets it now (its DELETED event
         then wakes no one)."""
-        survivors = self.world.survivors_of(service)
+        survivors = self.world.survivors_of(service, rivals)
         gone = not (service.get("metadata") or {}).get("finalizers")
         await self.writer.delete(SERVICES, service, forget=gone)
         await self._reprogram(survivors, service, service)
         return gone
 
-    async def _apply_service(self, key: Key, plan: Plan) -> _Applied | None:
+    async def _apply_service(self, key: Key, plan: Plan, rivals: Rivals) -> _Applied | None:
         """Apply the plan's Service action: CREATED, AGAIN (refused: decide again with what the API
         said), or None."""
         action, service = plan.service_action, plan.service
@@ -600,7 +611,7 @@ class AttachmentReconciler:
             await self._record(key, rendered(created, self.world.attachments.get(key) or {}))
             return _Applied.CREATED
         if action is ServiceAction.PATCH and plan.service_patch is not None:
-            survivors = self.world.survivors_of(service)
+            survivors = self.world.survivors_of(service, rivals)
             try:
                 updated = await self.writer.patch(SERVICES, service, plan.service_patch, "merge")
             except ApiError as error:
@@ -609,7 +620,7 @@ class AttachmentReconciler:
             remembered = self._remembered(key)
             remembered.refusal, remembered.written_at = None, self.wall_clock()
         elif action is ServiceAction.DELETE:
-            await self._delete_service(service)
+            await self._delete_service(service, rivals)
             await self._record(key, withdrawn(service, plan.provisioned))
         return None
 

@@ -192,7 +192,7 @@ def check_port_list(ports: Sequence[Mapping[str, Any]]) -> Verdict:
 
 def selects(selector: Mapping[str, str] | None, labels: Mapping[str, str]) -> bool:
     """Service selector semantics: a non-empty selector whose every pair the labels hold."""
-    return bool(selector) and all(labels.get(k) == v for k, v in (selector or {}).items())
+    return bool(selector) and (selector or {}).items() <= labels.items()
 
 
 def withdrawn_selector(selector: Mapping[str, str], attachment_uid: str) -> dict[str, str]:

@@ -18,6 +18,7 @@ from operators.endpointattachment.api import (
     CLAIM_PHASE_BOUND,
     CLAIM_PHASE_LOST,
     DEFAULT_CLAIM_FAMILY,
+    AttachmentSpec,
 )
 from operators.endpointattachment.datapath import ProxiedService
 from operators.endpointattachment.reasons import (
@@ -63,6 +64,7 @@ class Observed:
     """
 
     attachment: Mapping[str, Any]
+    spec: AttachmentSpec | None = None  # the attachment's typed spec (None: read from it)
     settings: RenderSettings = field(default_factory=RenderSettings)
     helmrelease: Mapping[str, Any] | None = None
     endpoint: Mapping[str, Any] | None = None

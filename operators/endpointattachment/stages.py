@@ -195,7 +195,7 @@ def resolve_stage(observed: Observed) -> Basis:
     """The application incarnation and the endpoint (``endpoint.resolve``), and what every plan
     carries whatever the verdict."""
     attachment = observed.attachment
-    spec = spec_of(attachment)
+    spec = observed.spec or spec_of(attachment)
     resolution = resolve(attachment, spec, observed.helmrelease, observed.endpoint)
     owner, labels = _stamps(observed, spec, resolution)
     existing = next((s for s in observed.services if not is_deleting(s)), None)

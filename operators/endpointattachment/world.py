@@ -17,7 +17,7 @@ map functions do), decide anything about an attachment, or trust a label for own
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from operators.endpointattachment.api import (
@@ -32,6 +32,7 @@ from operators.endpointattachment.api import (
     FAMILY_IPV4,
     GROUP,
     SERVICE_PROXY_NAME_LABEL,
+    AttachmentSpec,
     spec_of,
 )
 from operators.endpointattachment.datapath import (
@@ -51,7 +52,7 @@ from operators.endpointattachment.render import RenderSettings, publish_ports
 from shared.lineage import application_of
 from shared.ownership import sole_controller
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES, Resource
-from shared.runtime.cache import Indexer, Key, Obj, Store, key_of
+from shared.runtime.cache import Indexer, Key, Obj, Store, View, key_of
 from shared.runtime.controller import Cache, Caches, StaticCaches
 from shared.runtime.served import CRDS, crd_name, established, slim_crd
 
@@ -127,9 +128,11 @@ def _attachment_claim(obj: Obj) -> list[Key]:
     return [(key_of(obj)[0], name)] if name else []
 
 
-def application_key(attachment: Mapping[str, Any]) -> tuple[str, str, str, str]:
+def application_key(
+    attachment: Mapping[str, Any], spec: AttachmentSpec | None = None
+) -> tuple[str, str, str, str]:
     """(namespace, group, kind, name) of an attachment's applicationRef."""
-    spec = spec_of(attachment)
+    spec = spec or spec_of(attachment)
     namespace = str(_metadata(attachment).get("namespace") or "")
     return (namespace, spec.app_group, spec.app_kind, spec.app_name)
 
@@ -250,6 +253,10 @@ def slim_pod(pod: Obj) -> Obj:
     }
 
 
+# The typed views kept beside each stored version (``Store.view_of``): an attachment's spec is read
+# by the indexes, the map functions, the read model and the planner, and typed once per version.
+VIEWS: Final[Mapping[Resource, View]] = {ATTACHMENTS: spec_of}
+
 # How the operator caches each kind, for every wiring to declare: the named indexes, objects slimmed
 # on arrival, only the unfinished Pods, and the substrate's kinds optional.
 CACHES: Final = (
@@ -258,6 +265,7 @@ CACHES: Final = (
             resource,
             indexers=INDEXERS.get(resource, {}),
             transform=slim_pod if resource == PODS else slim,
+            view=VIEWS.get(resource),
             field_selector=POD_FIELD_SELECTOR if resource == PODS else "",
             optional=resource in SUBSTRATE,
         )
@@ -271,7 +279,9 @@ CACHES: Final = (
 
 def empty_stores() -> dict[Resource, Store]:
     """One empty store per cached kind, with the indexes ``build`` declares (tests, metrics checks)."""
-    return {resource: Store(INDEXERS.get(resource, {})) for resource in (*RESOURCES, CRDS)}
+    return {
+        resource: Store(INDEXERS.get(resource, {}), VIEWS.get(resource)) for resource in (*RESOURCES, CRDS)
+    }
 
 
 def _oldest_first(objects: list[Obj]) -> list[Obj]:
@@ -299,6 +309,11 @@ class World:
         """A world over fresh, empty stores (tests, and checks of what the metrics export)."""
         return cls(StaticCaches(empty_stores()), settings)
 
+    def spec(self, attachment: Mapping[str, Any]) -> AttachmentSpec:
+        """The attachment's typed spec, as the store keeps it for its stored version."""
+        spec: AttachmentSpec = self.attachments.view_of(attachment)  # type: ignore[arg-type]
+        return spec
+
     def substrate_served(self) -> bool:
         return all(self.caches.served(resource) for resource in SUBSTRATE)
 
@@ -307,11 +322,11 @@ class World:
     def helmrelease_of(self, attachment: Mapping[str, Any]) -> Obj | None:
         """The application object: the HelmRelease of the namespace with applicationRef's lineage (the
         oldest, should two carry it, as Cozystack's controller picks: every pass picks the same)."""
-        found = self.helmreleases.index(BY_APPLICATION, application_key(attachment))
+        found = self.helmreleases.index(BY_APPLICATION, application_key(attachment, self.spec(attachment)))
         return _oldest_first(found)[0] if found else None
 
     def endpoint_of(self, attachment: Mapping[str, Any]) -> Obj | None:
-        name = spec_of(attachment).endpoint
+        name = self.spec(attachment).endpoint
         return self.services.get((key_of(attachment)[0], name)) if name else None
 
     def services_of(self, attachment: Mapping[str, Any]) -> list[Obj]:
@@ -326,7 +341,7 @@ class World:
 
     def claim_for(self, attachment: Mapping[str, Any]) -> tuple[Obj | None, list[Obj]]:
         """The claim the attachment uses (referenced, or its oldest minted) and its surplus minted ones."""
-        spec = spec_of(attachment)
+        spec = self.spec(attachment)
         owned = self.claims_of(attachment)
         if spec.claim_name:
             return self.claims.get((key_of(attachment)[0], spec.claim_name)), owned
@@ -442,7 +457,7 @@ class World:
             uid = str(_metadata(attachment).get("uid") or "")
             if attachment is None or _metadata(attachment).get("deletionTimestamp") or uid in rendered:
                 continue
-            spec = spec_of(attachment)
+            spec = self.spec(attachment)
             endpoint = self.endpoint_of(attachment)
             endpoint_spec = (endpoint or {}).get("spec") or {}
             ports = publish_ports(endpoint_spec.get("ports") or [], spec) if endpoint is not None else None
@@ -473,7 +488,7 @@ class World:
         """Whether the attachment is Resolved (``endpoint.resolve``): one that is not renders nothing,
         so it never takes a pod from an attachment that is (a typo of an applicationRef, a leftover
         of a recreated application)."""
-        return resolve(attachment, spec_of(attachment), self.helmrelease_of(attachment), endpoint).ok
+        return resolve(attachment, self.spec(attachment), self.helmrelease_of(attachment), endpoint).ok
 
     def _as_proxied(self, service: Mapping[str, Any], pods: list[Obj], rank: Any = None) -> ProxiedService:
         ns, name = key_of(service)
@@ -496,13 +511,17 @@ class World:
             return None
         return self._as_proxied(service, self.pods_in(key_of(service)[0]))
 
-    def survivors_of(self, service: Mapping[str, Any]) -> list[Obj]:
+    def survivors_of(
+        self, service: Mapping[str, Any], rivals: Sequence[ProxiedService] | None = None
+    ) -> list[Obj]:
         """The live proxied Services cozy-proxy must program again once ``service`` (a proxied Service
-        of ours, as last seen) is deleted or changed (``datapath.survivors``)."""
+        of ours, as last seen) is deleted or changed (``datapath.survivors``), among ``rivals`` (the
+        namespace's ``proxied_services`` as the pass read them; read now when not given). Each is
+        read again from the cache: one this pass deleted is no survivor."""
         changed = self.as_proxied(service)
         if changed is None:
             return []
-        keys = survivors(changed, self.proxied_services(key_of(service)[0]))
+        keys = survivors(changed, rivals if rivals is not None else self.proxied_services(key_of(service)[0]))
         return [found for k in keys if (found := self.services.get(k)) is not None]
 
     # --- one pass --------------------------------------------------------------------------------
@@ -514,7 +533,7 @@ class World:
     def observed(self, attachment: Obj) -> Observed:
         """Everything ``reconcile`` needs about this attachment, from the caches."""
         namespace = key_of(attachment)[0]
-        spec = spec_of(attachment)
+        spec = self.spec(attachment)
         claim, surplus = self.claim_for(attachment)
         services = self.services_of(attachment)
         vm = spec.vm_mode
@@ -523,6 +542,7 @@ class World:
         live = next((s for s in services if not _metadata(s).get("deletionTimestamp")), None)
         return Observed(
             attachment=attachment,
+            spec=spec,
             settings=self.settings,
             helmrelease=self.helmrelease_of(attachment),
             endpoint=self.endpoint_of(attachment),

@@ -111,6 +111,7 @@ __all__ = [
     "Key",
     "Obj",
     "Store",
+    "View",
     "backoff_delay",
     "key_of",
 ]
@@ -120,6 +121,7 @@ log = logging.getLogger(__name__)
 Key = tuple[str, str]  # (namespace, name); "" namespace for cluster-scoped objects
 ChangeHandler = Callable[[Obj | None, Obj | None], None]
 Indexer = Callable[[Obj], Iterable[Hashable]]  # the index values an object is filed under
+View = Callable[[Obj], Any]  # an object's typed view (an operator's ``api.py`` defines it)
 
 # The first pause before listing again: long enough not to spin on a server that refuses at once,
 # short enough that a lost watch costs well under a second of events.
@@ -184,8 +186,10 @@ class Store:
     An indexer runs before anything changes, so one that raises leaves the store as it was.
     ``index`` lists objects in key order (so what a reader builds from it is deterministic)."""
 
-    def __init__(self, indexers: Mapping[str, Indexer] | None = None) -> None:
+    def __init__(self, indexers: Mapping[str, Indexer] | None = None, view: View | None = None) -> None:
         self._objects: dict[Key, Obj] = {}
+        # The typed view of each stored version, computed once when it is stored (``view_of``).
+        self._view, self._views = view, dict[Key, Any]()
         self._indexers: dict[str, Indexer] = dict(indexers or {})
         # index name -> value -> keys filed under it; and per index, the values each key is under.
         self._indices: dict[str, dict[Hashable, set[Key]]] = {name: {} for name in self._indexers}
@@ -193,6 +197,17 @@ class Store:
 
     def get(self, key: Key) -> Obj | None:
         return self._objects.get(key)
+
+    def view_of(self, obj: Obj) -> Any:
+        """The store's typed view of ``obj``: kept since it was stored when it is the stored version
+        (no copy, no second computation), else computed now (a version not stored: an answer, a
+        test's object). A store declared without a view answers the object itself."""
+        if self._view is None:
+            return obj
+        key = key_of(obj)
+        if self._objects.get(key) is obj:
+            return self._views[key]
+        return self._view(obj)
 
     def __contains__(self, key: object) -> bool:
         return key in self._objects
@@ -211,8 +226,8 @@ class Store:
 
     def index(self, name: str, value: Hashable) -> list[Obj]:
         """The objects filed under ``value`` in index ``name``, in key order."""
-        objects = self._objects
-        return [objects[key] for key in sorted(self._index(name).get(value, ()))]
+        keys = self._index(name).get(value)
+        return list(map(self._objects.__getitem__, sorted(keys))) if keys else []
 
     def index_keys(self, name: str, value: Hashable) -> frozenset[Key]:
         return frozenset(self._index(name).get(value, ()))
@@ -221,6 +236,8 @@ class Store:
         """Store ``obj`` under its key; returns the previous version (None: it is new)."""
         key = key_of(obj)
         values = {name: frozenset(indexer(obj)) for name, indexer in self._indexers.items()}
+        if self._view is not None:
+            self._views[key] = self._view(obj)
         previous = self._objects.get(key)
         self._objects[key] = obj
         for name, filed_under in values.items():
@@ -230,6 +247,7 @@ class Store:
     def delete(self, key: Key) -> Obj | None:
         """Remove ``key``; returns what was removed (None: nothing was there)."""
         previous = self._objects.pop(key, None)
+        self._views.pop(key, None)
         if previous is not None:
             for name in self._indexers:
                 self._refile(name, key, _NO_INDEX_VALUES)

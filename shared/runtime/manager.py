@@ -143,7 +143,7 @@ class Manager:
         informer = Informer(
             self.kube,
             spec.resource,
-            store=None if spec.fold is not None else Store(spec.indexers),
+            store=None if spec.fold is not None else Store(spec.indexers, spec.view),
             fold=spec.fold,
             transform=spec.transform,
             label_selector=spec.label_selector,
