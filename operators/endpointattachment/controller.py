@@ -112,7 +112,6 @@ from shared.ownership import sole_controller
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, EVENTS_V1, HELMRELEASES, PODS, SERVICES
 from shared.runtime.cache import Key, Obj, key_of
 from shared.runtime.controller import (
-    Caches,
     Memory,
     Owns,
     Result,
@@ -156,12 +155,12 @@ def _now() -> str:
 # --- map functions: one version of one object -> the keys it concerns -----------------------------
 
 
-def attachments_of_claim(caches: Caches, claim: Obj) -> set[Key]:
+def attachments_of_claim(world: World, claim: Obj) -> set[Key]:
     """The attachments referencing the claim (the one that minted it is woken through ``owns``)."""
-    return World(caches).attachments_using(key_of(claim))
+    return world.attachments_using(key_of(claim))
 
 
-def attachments_of_address(caches: Caches, address: Obj) -> set[Key]:
+def attachments_of_address(world: World, address: Obj) -> set[Key]:
     """The attachments of the claim the address names whose ``ClaimInUse`` its association can
     decide: none while it is associated with no Service (``reconcile.address_reading``), and never
     the attachment controlling the Service it is associated with (its own Service is no rival; when
@@ -170,7 +169,6 @@ def attachments_of_address(caches: Caches, address: Obj) -> set[Key]:
     if reading is None or not reading[1]:
         return set()
     claim_namespace, claim_name, namespace, name = reading
-    world = World(caches)
     keys = world.attachments_using((claim_namespace, claim_name))
     service = world.services.get((namespace, name))
     owner = world.attachment_controlling(service) if service is not None else None
@@ -179,11 +177,10 @@ def attachments_of_address(caches: Caches, address: Obj) -> set[Key]:
     return keys
 
 
-def attachments_held_for_class(caches: Caches, claim: Obj) -> set[Key]:
+def attachments_held_for_class(world: World, claim: Obj) -> set[Key]:
     """Once the burst of claims of the claim's class being provisioned has passed: the attachments whose
     Service the hand-over hold keeps back (waiting for an address with no Service named, their claim
     a Bound one of that class), so that they render now instead of when their hold runs out."""
-    world = World(caches)
     class_name = claim_class_name(claim)
     if class_name is None or len(world.provisioning(class_name)) >= HANDOVER_HOLD_MIN_PROVISIONING:
         return set()
@@ -248,9 +245,8 @@ def _service_reading(service: Obj) -> Obj:
     return {**service, "metadata": metadata}
 
 
-def attachments_of_class(caches: Caches, ip_class: Obj) -> set[Key]:
+def attachments_of_class(world: World, ip_class: Obj) -> set[Key]:
     """The attachments whose claim is of the class (its loadBalancerClass is rendered)."""
-    world = World(caches)
     keys: set[Key] = set()
     for claim in world.claims.index(BY_CLASS, key_of(ip_class)[1]):
         keys |= world.attachments_using(key_of(claim))
@@ -266,17 +262,16 @@ def is_substrate_crd(old: Obj | None, new: Obj | None) -> bool:
     return old is None or new is None or established(old) != established(new)
 
 
-def every_attachment(caches: Caches, crd: Obj) -> set[Key]:
+def every_attachment(world: World, crd: Obj) -> set[Key]:
     """Every attachment (the substrate arriving or going concerns them all; a rare event)."""
-    return set(caches.store(ATTACHMENTS).keys())
+    return set(world.attachments.keys())
 
 
-def attachments_of_service(caches: Caches, service: Obj) -> set[Key]:
+def attachments_of_service(world: World, service: Obj) -> set[Key]:
     """The attachments whose endpoint the Service is, and, when it names a claim and is not that
     attachment's own, those using the claim (a rival user: ClaimInUse). The attachment controlling a
     rendered Service is woken through ``owns``; every VM-mode attachment, by
     ``attachments_in_vm_mode`` behind ``proxy_reading_changed``."""
-    world = World(caches)
     namespace, name = key_of(service)
     keys = set(world.attachments.index_keys(BY_ENDPOINT, (namespace, name)))
     claim = ((service.get("metadata") or {}).get("annotations") or {}).get(CLAIM_ANNOTATION)
@@ -285,9 +280,9 @@ def attachments_of_service(caches: Caches, service: Obj) -> set[Key]:
     return keys
 
 
-def attachments_in_vm_mode(caches: Caches, obj: Obj) -> frozenset[Key]:
+def attachments_in_vm_mode(world: World, obj: Obj) -> frozenset[Key]:
     """Every attachment with a VM method (a proxied Service's exclusivity reading concerns them all)."""
-    return World(caches).in_vm_mode()
+    return world.in_vm_mode()
 
 
 def proxy_reading_changed(old: Obj | None, new: Obj | None) -> bool:
@@ -314,10 +309,9 @@ def _slice_reading(endpoint_slice: Obj) -> tuple[str | None, frozenset[str]]:
     return labels(endpoint_slice).get(ENDPOINTSLICE_SERVICE_NAME_LABEL), ready_backends((endpoint_slice,))
 
 
-def attachments_of_slice(caches: Caches, endpoint_slice: Obj) -> set[Key]:
+def attachments_of_slice(world: World, endpoint_slice: Obj) -> set[Key]:
     """VM-mode attachments only (no other mode reads a slice): those whose endpoint the slice
     serves, and all of them when the slice is of a proxied Service (its backends decide exclusivity)."""
-    world = World(caches)
     in_vm_mode = world.in_vm_mode()
     if not in_vm_mode:
         return set()
@@ -332,29 +326,27 @@ def programmed_reading_changed(old: Obj | None, new: Obj | None) -> bool:
     return old is None or new is None or programmed_backends(old) != programmed_backends(new)
 
 
-def attachment_of_rendered_endpoints(caches: Caches, endpoints: Obj) -> set[Key]:
+def attachment_of_rendered_endpoints(world: World, endpoints: Obj) -> set[Key]:
     """The VM-mode attachment whose rendered Service these v1 Endpoints are of (named alike): what
     cozy-proxy reads decides its Provisioned and the one touch of ``PROGRAMMED_ANNOTATION``."""
-    world = World(caches)
     service = world.services.get(key_of(endpoints))
     owner = world.attachment_controlling(service) if service is not None else None
     return {owner} if owner is not None and owner in world.in_vm_mode() else set()
 
 
-def attachments_of_pod(caches: Caches, pod: Obj) -> frozenset[Key]:
+def attachments_of_pod(world: World, pod: Obj) -> frozenset[Key]:
     """The VM-mode attachments of the pod's namespace, when a pod appears, goes or changes labels:
     which Services select it decides exclusivity, before the pod has an endpoint."""
-    world = World(caches)
     return world.attachments.index_keys(BY_NAMESPACE, key_of(pod)[0]) & world.in_vm_mode()
 
 
-def attachments_of_helmrelease(caches: Caches, release: Obj) -> frozenset[Key]:
+def attachments_of_helmrelease(world: World, release: Obj) -> frozenset[Key]:
     """The attachments whose applicationRef names the release's application (by its lineage labels)."""
     app = application_of(release)
     if app is None:
         return frozenset()
     index = (key_of(release)[0], app.group, app.kind, app.name)
-    return caches.store(ATTACHMENTS).index_keys(BY_APPLICATION, index)
+    return world.attachments.index_keys(BY_APPLICATION, index)
 
 
 # --- the controller --------------------------------------------------------------------------------
@@ -389,6 +381,7 @@ ATTACHMENT_CONTROLLER: Final = Wiring(
         Write(EVENTS_V1, ("create", "patch")),  # Events of transitions; a repeat patches its series
     ),
     caches=CACHES,
+    model=World,  # the read model every map function is given, built once
     workers=Settings.workers,  # the default: ``build`` applies --workers
 )
 

@@ -4,8 +4,9 @@ Decides, as controller-runtime's builder and controller do:
 
 * **wiring** is data (``Wiring``): the primary kind (each change wakes its own key, or the key its
   ``key`` function names), owned kinds (a change wakes the primary named by the object's controller
-  reference; ``Owns`` adds predicates), watched kinds with a named map function (given the caches
-  and one version of the object; the runtime maps both versions of a change) and predicates;
+  reference; ``Owns`` adds predicates), watched kinds with a named map function (given the wiring's
+  read model, built once over the caches, or the caches themselves, and one version of the object;
+  the runtime maps both versions of a change) and predicates;
   ``reads`` lists the other caches ``reconcile`` reads, so the manager can hold the workers until
   every one of them has synced; ``writes`` lists the verbs ``reconcile`` uses, so a test can hold
   the ClusterRole to exactly what the wiring declares;
@@ -142,7 +143,7 @@ class Caches(Protocol):
 # A map function is given one version of one object (never None): the runtime calls it with both
 # versions of a change, so a change also wakes whom the old version concerned. What depends on the
 # change itself (a field that moved) is a predicate of the watch, as in controller-runtime.
-MapFunc = Callable[[Caches, Obj], Iterable[Key]]
+MapFunc = Callable[[Any, Obj], Iterable[Key]]  # (the wiring's read model, or the caches; one version)
 Predicate = Callable[[Obj | None, Obj | None], bool]
 KeyFunc = Callable[[Obj], Key]
 
@@ -264,6 +265,8 @@ class Wiring:
     debounce: float = 0.0  # hold a woken key until quiet this long...
     max_delay: float = 0.0  # ...but no longer than this after the first wake of a burst
     resync: float = 0.0  # re-queue every primary key this often (0: never)
+    # The read model map functions are given, built once over the caches (None: the caches).
+    model: Callable[[Caches], Any] | None = None
 
     def owned(self) -> tuple[Owns, ...]:
         """``owns``, each entry as an ``Owns`` (a bare ``Resource``: no predicate)."""
@@ -318,6 +321,7 @@ class Controller:
     ) -> None:
         self.wiring, self.reconciler, self.caches = wiring, reconciler, caches
         self.forget = tuple(forget)  # per-key memories (``Memory.forget``): dropped with the primary
+        self.model = wiring.model(caches) if wiring.model is not None else caches  # for map functions
         self.metrics, self.tracing = metrics, tracing
         self.span_kind = span_kind or wiring.primary_kind
         self.queue: WorkQueue[Key] = WorkQueue(
@@ -378,7 +382,7 @@ class Controller:
                     keys: set[Key] = set()
                     for version in (old, new):
                         if version is not None:
-                            keys.update(_watch.map(self.caches, version))
+                            keys.update(_watch.map(self.model, version))
                     for key in keys:
                         self.enqueue(key, _watch.resource, new)
 

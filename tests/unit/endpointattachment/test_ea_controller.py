@@ -183,7 +183,7 @@ MapFunction = Callable[[StaticCaches, Obj], Any]
 )
 def test_map_functions(map_function: MapFunction, obj: Obj, expected: set[Key]) -> None:
     caches = caches_of(*CLUSTER, put(_kind_of(obj), obj))
-    assert set(map_function(caches, obj)) == expected
+    assert set(map_function(World(caches), obj)) == expected
 
 
 def _kind_of(obj: Obj) -> str:
@@ -203,7 +203,7 @@ def _kind_of(obj: Obj) -> str:
 
 def test_no_vm_mode_attachment_no_slice_wakes_anyone() -> None:
     caches = caches_of(put("attachment", A), put("service", CHART))
-    assert controller.attachments_of_slice(caches, make_endpointslice("vm1-chart")) == set()
+    assert controller.attachments_of_slice(World(caches), make_endpointslice("vm1-chart")) == set()
 
 
 # --- the predicates, (old, new) ---------------------------------------------------------------------

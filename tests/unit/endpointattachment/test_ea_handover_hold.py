@@ -412,13 +412,13 @@ PUBLIC_HELD = {KHM, KHR, KHT}
 )
 def test_attachments_held_for_class(steps: list[Step], claim: Obj, expected: set[Key]) -> None:
     caches = caches_of(*HELD_WORLD, *steps)
-    assert controller.attachments_held_for_class(caches, claim) == expected
+    assert controller.attachments_held_for_class(World(caches), claim) == expected
 
 
 def test_a_held_attachment_whose_claim_is_controlled_and_referenced_is_woken_once() -> None:
     both = held("both", claim_name="both-claim")
     caches = caches_of(put("attachment", both), put("claim", fresh("both-claim", owner=both)))
-    assert controller.attachments_held_for_class(caches, fresh("ended")) == {key_of(both)}
+    assert controller.attachments_held_for_class(World(caches), fresh("ended")) == {key_of(both)}
 
 
 PENDING = provisioning(CLAIM)
@@ -552,7 +552,7 @@ async def test_a_held_pass_writes_its_status_then_the_end_of_the_burst_renders()
     bound = later(fresh("p1"))
     caches.store(CLAIMS).upsert(bound)
     assert controller.provisioning_ended(P1, bound)
-    assert controller.attachments_held_for_class(caches, bound) == {KA}
+    assert controller.attachments_held_for_class(World(caches), bound) == {KA}
     await decide(running, KA)
     assert ("create", "services", "db-public-x7ktq") in writer.calls
     assert caches.store(SERVICES).get((NS, "db-public-x7ktq")) is not None
