@@ -42,24 +42,32 @@ def percentile(values: Sequence[float], q: float) -> float:
     return ordered[rank - 1]
 
 
+# A figure's units, biggest first: (least value, scale, format, unit); the last is the rest's.
+Units = tuple[tuple[float, float, str, str], ...]
+_DURATION: Units = (
+    (10, 1, ".1f", " s"),
+    (1, 1, ".2f", " s"),
+    (1e-3, 1e3, ".1f", " ms"),
+    (0, 1e6, ".0f", " µs"),
+)
+_SECONDS: Units = ((1, 1, ".2f", " s"), (1e-3, 1e3, ".2f", " ms"), (0, 1e6, ".2f", " µs"))
+_RATIO: Units = ((10, 1, ".1f", MULTIPLY), (0, 1, ".2f", MULTIPLY))
+_TIMES: Units = ((100, 1, ",.0f", MULTIPLY), (10, 1, ".1f", MULTIPLY), (0, 1, ".2f", MULTIPLY))
+
+
+def _in_units(value: float, units: Units) -> str:
+    _, scale, spec, unit = next((u for u in units[:-1] if value >= u[0]), units[-1])
+    return f"{value * scale:{spec}}{unit}"
+
+
 def duration(value: float) -> str:
     """Seconds, in the unit that reads best."""
-    if value >= 10:
-        return f"{value:.1f} s"
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.1f} ms"
-    return f"{value * 1e6:.0f} µs"
+    return _in_units(value, _DURATION)
 
 
 def seconds(value: float) -> str:
     """A duration in the unit that keeps three significant figures readable."""
-    if value >= 1:
-        return f"{value:.2f} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.2f} ms"
-    return f"{value * 1e6:.2f} µs"
+    return _in_units(value, _SECONDS)
 
 
 def megabytes(value: float) -> str:
@@ -67,16 +75,12 @@ def megabytes(value: float) -> str:
 
 
 def ratio(value: float) -> str:
-    return f"{value:.2f}{MULTIPLY}" if value < 10 else f"{value:.1f}{MULTIPLY}"
+    return _in_units(value, _RATIO)
 
 
 def times(value: float) -> str:
     """A ratio, with the multiplication sign: 1,234, 12.3 or 0.12 times."""
-    if value >= 100:
-        return f"{value:,.0f}{MULTIPLY}"
-    if value >= 10:
-        return f"{value:.1f}{MULTIPLY}"
-    return f"{value:.2f}{MULTIPLY}"
+    return _in_units(value, _TIMES)
 
 
 def table(title: str, rows: Sequence[Row], notes: Sequence[str] = ()) -> str:

@@ -128,6 +128,19 @@ def run(options: ColdOptions, say: Callable[[str], None]) -> ColdResult:
     )
 
 
+@dataclass(frozen=True)
+class Fill:
+    """How filling the API went: objects created, on how many clients, and the seconds of each part."""
+
+    nodes: int
+    pods: int
+    clients: int
+    seconds: float  # the whole fill
+    install_seconds: float  # CRDs and namespaces
+    nodes_seconds: float
+    pods_seconds: float
+
+
 async def _run(
     options: ColdOptions, cluster: ClusterInfo, workdir: Path, say: Callable[[str], None]
 ) -> ColdResult:
@@ -136,28 +149,7 @@ async def _run(
         nodes=options.nodes, gpu_nodes=options.nodes // 5, pods=options.pods, gpu_pods=options.gpu_pods
     )
     world = build_world(spec)
-    started = time.perf_counter()
-    await _install(kube, world)
-    installed = time.perf_counter()
-    # One client per REQUEST_POOL_SIZE creates in flight, each with connections of its own.
-    clients = [kube.with_own_connections() for _ in range(-(-options.concurrency // REQUEST_POOL_SIZE))]
-    say(f"coldstart: creating {len(world.nodes):,} nodes ({options.concurrency} in flight)")
-    nodes = await pool(clients, options.concurrency, world.nodes, _create_node)
-    nodes_seconds = time.perf_counter() - installed
-    say(f"coldstart: creating {options.pods:,} pods")
-    pods = await pool(clients, options.concurrency, world.pods(), _create_pod)
-    await asyncio.gather(*(client.close() for client in clients))
-    for gpu_class in world.classes:  # oldest first: the first class of each name owns it
-        await kube.create(
-            GPUCLASSES.path(), {**gpu_class, "metadata": {"name": gpu_class["metadata"]["name"]}}
-        )
-    fill_seconds = time.perf_counter() - started
-    pods_seconds = fill_seconds - nodes_seconds - (installed - started)
-    say(
-        f"coldstart: filled in {fill_seconds:.0f}s ({(nodes + pods) / fill_seconds:,.0f} objects/s; "
-        f"pods {pods / pods_seconds:,.0f}/s); load average {load_average()}"
-    )
-
+    fill = await _fill(kube, world, options, say)
     expected, listed_pods, agrees = await _expected(kube, world)
     turns: list[tuple[Listing, Start]] = []
     for turn in range(options.runs):
@@ -179,7 +171,45 @@ async def _run(
         )
         say(f"coldstart: profiled start {profiled.seconds:.2f}s; profile in {options.profile}")
         profile_notes = profile_summary(options.profile)
+    notes = [
+        f"coldstart: {fill.nodes:,} nodes ({spec.gpu_nodes:,} with GPUs), {fill.pods:,} pods of which "
+        f"{listed_pods:,} bound and not finished (the operator's field selector), {len(world.classes)} "
+        f"classes; LIST pages of {PAGE_SIZE}; context rows are of the median turn; load average at "
+        f"the end {load_average()} (a shared machine: the figures are noisy)",
+        *profile_notes,
+    ]
+    return ColdResult(_rows(options, fill, turns, listed_pods, agrees), notes)
 
+
+async def _fill(kube: Kube, world: World, options: ColdOptions, say: Callable[[str], None]) -> Fill:
+    """The world's namespaces, Nodes, Pods and classes created, ``options.concurrency`` in flight."""
+    started = time.perf_counter()
+    await _install(kube, world)
+    installed = time.perf_counter()
+    # One client per REQUEST_POOL_SIZE creates in flight, each with connections of its own.
+    clients = [kube.with_own_connections() for _ in range(-(-options.concurrency // REQUEST_POOL_SIZE))]
+    say(f"coldstart: creating {len(world.nodes):,} nodes ({options.concurrency} in flight)")
+    nodes = await pool(clients, options.concurrency, world.nodes, _create_node)
+    nodes_seconds = time.perf_counter() - installed
+    say(f"coldstart: creating {options.pods:,} pods")
+    pods = await pool(clients, options.concurrency, world.pods(), _create_pod)
+    await asyncio.gather(*(client.close() for client in clients))
+    for gpu_class in world.classes:  # oldest first: the first class of each name owns it
+        await kube.create(
+            GPUCLASSES.path(), {**gpu_class, "metadata": {"name": gpu_class["metadata"]["name"]}}
+        )
+    fill_seconds = time.perf_counter() - started
+    pods_seconds = fill_seconds - nodes_seconds - (installed - started)
+    say(
+        f"coldstart: filled in {fill_seconds:.0f}s ({(nodes + pods) / fill_seconds:,.0f} objects/s; "
+        f"pods {pods / pods_seconds:,.0f}/s); load average {load_average()}"
+    )
+    return Fill(nodes, pods, len(clients), fill_seconds, installed - started, nodes_seconds, pods_seconds)
+
+
+def _rows(
+    options: ColdOptions, fill: Fill, turns: list[tuple[Listing, Start]], listed_pods: int, agrees: bool
+) -> list[Row]:
     # Each start is compared with the LIST made just before it: the load on the machine drifts,
     # so a turn's two figures are closer to each other than figures of different turns.
     ratios = [start.seconds / listing.seconds for listing, start in turns]
@@ -188,9 +218,9 @@ async def _run(
     baselines = [listing.seconds for listing, _ in turns]
     starts = [start.seconds for _, start in turns]
     peak = max(start.peak_rss for _, start in turns)
-    rows = [
+    return [
         Row(
-            f"coldstart: plain paged LIST of {nodes:,} Nodes + {listed_pods:,} Pods (baseline)",
+            f"coldstart: plain paged LIST of {fill.nodes:,} Nodes + {listed_pods:,} Pods (baseline)",
             seconds(listing.seconds),
             ratio=f"min {seconds(min(baselines))}, median {seconds(statistics.median(baselines))}; "
             f"all turns: {', '.join(seconds(s) for s in baselines)}",
@@ -230,22 +260,14 @@ async def _run(
             f"÷ baseline CPU = {times(start.cpu_seconds / listing.cpu_seconds)}",
         ),
         Row(
-            f"context: filling the API ({nodes:,} nodes, {pods:,} pods, {options.concurrency} in flight "
-            f"on {len(clients)} clients)",
-            seconds(fill_seconds),
-            ratio=f"{(nodes + pods) / fill_seconds:,.0f} objects/s; CRDs and namespaces "
-            f"{seconds(installed - started)}, nodes {seconds(nodes_seconds)}, pods {seconds(pods_seconds)} "
-            f"({pods / pods_seconds:,.0f}/s)",
+            f"context: filling the API ({fill.nodes:,} nodes, {fill.pods:,} pods, {options.concurrency} "
+            f"in flight on {fill.clients} clients)",
+            seconds(fill.seconds),
+            ratio=f"{(fill.nodes + fill.pods) / fill.seconds:,.0f} objects/s; CRDs and namespaces "
+            f"{seconds(fill.install_seconds)}, nodes {seconds(fill.nodes_seconds)}, pods "
+            f"{seconds(fill.pods_seconds)} ({fill.pods / fill.pods_seconds:,.0f}/s)",
         ),
     ]
-    notes = [
-        f"coldstart: {nodes:,} nodes ({spec.gpu_nodes:,} with GPUs), {pods:,} pods of which "
-        f"{listed_pods:,} bound and not finished (the operator's field selector), {len(world.classes)} "
-        f"classes; LIST pages of {PAGE_SIZE}; context rows are of the median turn; load average at "
-        f"the end {load_average()} (a shared machine: the figures are noisy)",
-        *profile_notes,
-    ]
-    return ColdResult(rows, notes)
 
 
 # --- filling the API ----------------------------------------------------------------------------

@@ -26,6 +26,7 @@ The pass must decide the same with the events' reversals done (asserted).
 from __future__ import annotations
 
 import copy
+import dataclasses
 import json
 import random
 from collections.abc import Callable, Mapping, Sequence
@@ -33,7 +34,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from bench.gpuclass.pure import event_time, loads_time, median_time, sample_events
-from harness.gpuclass_world import GPU_DRIVER, SHAPES, Obj, WorldSpec, build_world, with_dra
+from harness.gpuclass_world import GPU_DRIVER, SHAPES, DraWorld, Obj, World, WorldSpec, build_world, with_dra
 from harness.report import Row, seconds, times
 from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
@@ -60,6 +61,30 @@ class DraOptions:
 class DraResult:
     rows: list[Row]
     notes: list[str]
+
+
+@dataclass(frozen=True)
+class Figures:
+    """What ``run`` timed, read by ``_rows``: seconds per pass or per event, and ``json.loads``."""
+
+    classes: int
+    dra_classes: int
+    device_classes: int
+    pass_seconds: float
+    plain_seconds: float
+    pod_events: int
+    pod_seconds: float
+    pod_loads: float
+    same: float
+    changed: float
+    small: tuple[float, float]  # (upsert, json.loads) of slices of at most SMALL_SLICE devices
+    large: tuple[float, float]
+    renewed: tuple[float, float]
+    judged: float
+    claim: float
+    slice_loads: float
+    claim_loads: float
+    equality: float
 
 
 def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
@@ -94,91 +119,133 @@ def run(options: DraOptions, say: Callable[[str], None]) -> DraResult:
     plain_seconds, _ = median_time(lambda: decide(world.classes, plain, view), options.pass_runs)
 
     say("dra: events of each kind, and json.loads of the same events")
-    rng = random.Random(spec.seed + 3)
+    figures, allocated = _event_figures(options, world, pods, dra_world, inventory, dra)
+    figures = dataclasses.replace(
+        figures,
+        classes=len(classes),
+        dra_classes=sum(1 for c in classes if "deviceClassName" in c["spec"]),
+        pass_seconds=pass_seconds,
+        plain_seconds=plain_seconds,
+    )
+    assert decide(classes, inventory, view, dra) == decisions, "the events' reversals changed decisions"
+    serving = sum(1 for d in decisions.values() if any(f.vms for f in d.status.fits if f.name))
+    notes = [
+        f"dra world: {len(dra_world.slices):,} ResourceSlices, {len(dra_world.claims):,} ResourceClaims "
+        f"({allocated:,} allocated), {len(dra_world.device_classes)} DeviceClasses; "
+        f"{serving} of {len(decisions)} classes fit some whole VM",
+    ]
+    return DraResult(_rows(options, figures), notes)
+
+
+def _event_figures(
+    options: DraOptions,
+    world: World,
+    pods: Sequence[Obj],
+    dra_world: DraWorld,
+    inventory: Inventory,
+    dra: DraInventory,
+) -> tuple[Figures, int]:
+    """Each kind of event timed into the aggregates, with ``json.loads`` of the same events; the
+    figures (the passes' left at 0) and how many claims are allocated."""
+    rounds = options.event_rounds
+    rng = random.Random(options.world.seed + 3)
     pod_events = sample_events(world, pods, options.event_objects * 2)
-    pod_seconds = event_time(inventory, pod_events, options.event_rounds)
-    pod_loads = loads_time(_texts(pod_events), options.event_rounds)
+    pod_seconds = event_time(inventory, pod_events, rounds)
     gpu_slices = [s for s in dra_world.slices if s["spec"]["driver"] == GPU_DRIVER and s["spec"]["devices"]]
     same, changed, judged = slice_events(rng.sample(gpu_slices, min(options.event_objects, len(gpu_slices))))
-    same_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), same, options.event_rounds)
-    changed_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), changed, options.event_rounds)
+
+    def upserted(events: Sequence[Obj]) -> float:
+        return _time(lambda e: dra.upsert_slice(_key(e), e), events, rounds)
+
     # The same by the slice's size: a passthrough node's few GPUs, a vGPU node's tens of devices.
     small = [e for e in changed if len(e["spec"]["devices"]) <= SMALL_SLICE]
     large = [e for e in changed if len(e["spec"]["devices"]) > SMALL_SLICE]
-    small_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), small, options.event_rounds)
-    large_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), large, options.event_rounds)
-    judged_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), judged, options.event_rounds)
+    same_seconds, changed_seconds = upserted(same), upserted(changed)
+    small_seconds, large_seconds, judged_seconds = upserted(small), upserted(large), upserted(judged)
     renewed = renewed_events([s for s in gpu_slices if len(s["spec"]["devices"]) == VGPU_SLICE][: len(large)])
-    renewed_seconds = _time(lambda e: dra.upsert_slice(_key(e), e), renewed, options.event_rounds)
-    equality_seconds = _equality_time(renewed, options.event_rounds)
+    renewed_seconds = upserted(renewed)
+    equality_seconds = _equality_time(renewed, rounds)
     allocated = [c for c in dra_world.claims if (c.get("status") or {}).get("allocation")]
     claims = claim_events(rng.sample(allocated, min(options.event_objects, len(allocated))))
-    claim_seconds = _time(lambda e: dra.upsert_claim(_key(e), e), claims, options.event_rounds)
-    slice_loads = loads_time(_texts(changed), options.event_rounds)
-    claim_loads = loads_time(_texts(claims), options.event_rounds)
-    assert decide(classes, inventory, view, dra) == decisions, "the events' reversals changed decisions"
+    claim_seconds = _time(lambda e: dra.upsert_claim(_key(e), e), claims, rounds)
+    figures = Figures(
+        classes=0,
+        dra_classes=0,
+        device_classes=len(dra_world.device_classes),
+        pass_seconds=0.0,
+        plain_seconds=0.0,
+        pod_events=len(pod_events),
+        pod_seconds=pod_seconds,
+        pod_loads=loads_time(_texts(pod_events), rounds),
+        same=same_seconds,
+        changed=changed_seconds,
+        small=(small_seconds, loads_time(_texts(small), rounds)),
+        large=(large_seconds, loads_time(_texts(large), rounds)),
+        renewed=(renewed_seconds, loads_time(_texts(renewed), rounds)),
+        judged=judged_seconds,
+        claim=claim_seconds,
+        slice_loads=loads_time(_texts(changed), rounds),
+        claim_loads=loads_time(_texts(claims), rounds),
+        equality=equality_seconds,
+    )
+    return figures, len(allocated)
 
-    dra_classes = sum(1 for c in classes if "deviceClassName" in c["spec"])
-    serving = sum(1 for d in decisions.values() if any(f.vms for f in d.status.fits if f.name))
-    rows = [
+
+def _rows(options: DraOptions, f: Figures) -> list[Row]:
+    pod = f.pod_seconds
+    return [
         Row(
-            f"full pass, {len(classes)} classes ({dra_classes} DRA), {len(SHAPES)} whole-VM shapes each "
+            f"full pass, {f.classes} classes ({f.dra_classes} DRA), {len(SHAPES)} whole-VM shapes each "
             f"(median of {options.pass_runs})",
-            seconds(pass_seconds),
+            seconds(f.pass_seconds),
             f"≤ {seconds(PASS_TARGET_SECONDS)}",
-            pass_seconds <= PASS_TARGET_SECONDS,
-            f"this ÷ the pass without DRA and shapes = {times(pass_seconds / plain_seconds)}; "
-            f"this = {times(pass_seconds / pod_loads)} json.loads of one pod event",
+            f.pass_seconds <= PASS_TARGET_SECONDS,
+            f"this ÷ the pass without DRA and shapes = {times(f.pass_seconds / f.plain_seconds)}; "
+            f"this = {times(f.pass_seconds / f.pod_loads)} json.loads of one pod event",
         ),
         Row(
-            f"pod event, cpu and memory tracked too (mean of {len(pod_events):,})",
-            seconds(pod_seconds),
-            ratio=f"this ÷ json.loads = {times(pod_seconds / pod_loads)}",
+            f"pod event, cpu and memory tracked too (mean of {f.pod_events:,})",
+            seconds(pod),
+            ratio=f"this ÷ json.loads = {times(pod / f.pod_loads)}",
         ),
-        _event_row("ResourceSlice event, republished unchanged", same_seconds, pod_seconds, slice_loads),
-        _event_row("ResourceSlice event, a GPU gone or back", changed_seconds, pod_seconds, slice_loads),
+        _event_row("ResourceSlice event, republished unchanged", f.same, pod, f.slice_loads),
+        _event_row("ResourceSlice event, a GPU gone or back", f.changed, pod, f.slice_loads),
         _event_row(
             f"  of which slices of at most {SMALL_SLICE} devices (passthrough nodes)",
-            small_seconds,
-            pod_seconds,
-            loads_time(_texts(small), options.event_rounds),
+            f.small[0],
+            pod,
+            f.small[1],
         ),
         _event_row(
             f"  of which slices of more than {SMALL_SLICE} devices (vGPU nodes: 32 to 64)",
-            large_seconds,
-            pod_seconds,
-            loads_time(_texts(large), options.event_rounds),
+            f.large[0],
+            pod,
+            f.large[1],
         ),
         _event_row(
             f"  ResourceSlice event, {VGPU_SLICE} devices: a new pool generation, no device changed",
-            renewed_seconds,
-            pod_seconds,
-            loads_time(_texts(renewed), options.event_rounds),
+            f.renewed[0],
+            pod,
+            f.renewed[1],
         ),
         Row(
-            f"  ResourceSlice event, a GPU's attributes changed: judged by {len(dra_world.device_classes)} "
+            f"  ResourceSlice event, a GPU's attributes changed: judged by {f.device_classes} "
             "DeviceClasses of its driver",
-            seconds(judged_seconds),
-            ratio=f"this ÷ json.loads = {times(judged_seconds / slice_loads)}; "
-            f"this ÷ a pod event = {times(judged_seconds / pod_seconds)}",
+            seconds(f.judged),
+            ratio=f"this ÷ json.loads = {times(f.judged / f.slice_loads)}; "
+            f"this ÷ a pod event = {times(f.judged / pod)}",
         ),
-        _event_row("ResourceClaim event, deallocated or allocated", claim_seconds, pod_seconds, claim_loads),
-        Row("baseline: the pass without DRA and shapes", seconds(plain_seconds)),
-        Row("baseline: json.loads of one pod event", seconds(pod_loads)),
-        Row("baseline: json.loads of one ResourceSlice event", seconds(slice_loads)),
-        Row("baseline: json.loads of one ResourceClaim event", seconds(claim_loads)),
+        _event_row("ResourceClaim event, deallocated or allocated", f.claim, pod, f.claim_loads),
+        Row("baseline: the pass without DRA and shapes", seconds(f.plain_seconds)),
+        Row("baseline: json.loads of one pod event", seconds(f.pod_loads)),
+        Row("baseline: json.loads of one ResourceSlice event", seconds(f.slice_loads)),
+        Row("baseline: json.loads of one ResourceClaim event", seconds(f.claim_loads)),
         Row(
             f"baseline: dict equality of a {VGPU_SLICE}-device slice's devices with the stored ones",
-            seconds(equality_seconds),
-            ratio=f"this ÷ a pod event = {times(equality_seconds / pod_seconds)}: what an exact diff reads",
+            seconds(f.equality),
+            ratio=f"this ÷ a pod event = {times(f.equality / pod)}: what an exact diff reads",
         ),
     ]
-    notes = [
-        f"dra world: {len(dra_world.slices):,} ResourceSlices, {len(dra_world.claims):,} ResourceClaims "
-        f"({len(allocated):,} allocated), {len(dra_world.device_classes)} DeviceClasses; "
-        f"{serving} of {len(decisions)} classes fit some whole VM",
-    ]
-    return DraResult(rows, notes)
 
 
 def _event_row(figure: str, value: float, pod: float, loads: float) -> Row:

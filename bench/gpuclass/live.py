@@ -62,6 +62,8 @@ from harness.report import Row, seconds, times
 from harness.slo import (
     QUEUE_P99_TARGET,
     STATUS_P99_TARGET,
+    Buckets,
+    Samples,
     bucket_delta,
     buckets,
     histogram_quantile,
@@ -155,6 +157,30 @@ def run(options: LiveOptions, say: Callable[[str], None]) -> LiveResult:
     )
 
 
+@dataclass
+class Figures:
+    """What one live run measured, read by ``_rows``."""
+
+    churn: Churn
+    probe: Probe
+    churn_seconds: float
+    queued: Buckets  # the queue histogram's buckets over the churn
+    naive_seconds: float  # a naive relist-and-decide, at the last change
+    converge_seconds: float
+    status_ok: bool
+    operator_cpu: float  # from the first pod to convergence
+    run_seconds: float
+    writes_during_churn: int
+    events_sent: int
+    loads_samples: list[float]
+    quiet_writes: int
+    moved: int
+    idle_rate: float  # operator CPU seconds per second while quiet
+    before: Samples  # the operator's metrics before and after the quiet period
+    after: Samples
+    rss: int
+
+
 async def _run(
     options: LiveOptions, cluster: ClusterInfo, log_path: Path, say: Callable[[str], None]
 ) -> LiveResult:
@@ -174,114 +200,152 @@ async def _run(
             await kube.create(GPUCLASSES.path(), {**gpu_class, "metadata": metadata})
         probe = Probe(kube, probe_resource)
         await probe.install()
+        figures = await _measure(kube, operator, churn, probe, options, say)
+    notes = [
+        f"live: {options.nodes} GPU nodes, {options.classes} classes over {options.resources} names, "
+        f"{options.concurrency} API calls in flight; operator debounce at its default, "
+        f"recheck every {options.recheck_seconds:.0f}s",
+    ]
+    return LiveResult([*_rows(options, figures), *_context_rows(options, figures)], notes)
 
-        writes = WriteCounter(kube)
-        await writes.start()
-        pod_events = PodEventCounter(kube)
-        await pod_events.start()
-        cpu_before = cpu_seconds(operator.process.pid)
-        baseline = LoadsBaseline(pod_events)
-        baseline.start()
-        limit = asyncio.Semaphore(options.concurrency)
-        queue_before = buckets(await operator.scrape(), QUEUE_HISTOGRAM, name=CONTROLLER_NAME)
-        started = time.perf_counter()
-        say(f"live: creating {options.pods:,} GPU pods, then {options.churn_rounds} rounds of churn")
-        probing = asyncio.create_task(probe.run())
-        await gather(limit, [_create_pod(kube, churn) for _ in range(options.pods)])
-        for _ in range(options.churn_rounds):
-            await gather(limit, _churn_round(kube, churn))
-        churn_seconds = time.perf_counter() - started
-        await probe.stop(probing)
-        queue_after = buckets(await operator.scrape(), QUEUE_HISTOGRAM, name=CONTROLLER_NAME)
 
-        say("live: one last change, then waiting for the status to converge")
-        observed = await _observe(kube)
-        final_pod, expected = _last_change(observed)
-        metadata = final_pod["metadata"]
-        await kube.delete(PODS.path(metadata["namespace"], metadata["name"]), grace_period_seconds=0)
-        churn.changes += 1
-        last_change = time.perf_counter()
-        converged = await _converge(kube, expected, options.converge_timeout, operator)
-        converge_seconds = converged - last_change
-        operator_cpu = cpu_seconds(operator.process.pid) - cpu_before
-        run_seconds = time.perf_counter() - started
-        writes_during_churn = await writes.stop()
-        events_sent = await pod_events.stop()
-        loads_samples = await baseline.stop()
-        loads_seconds, loads_min = statistics.median(loads_samples), min(loads_samples)
-        cpu_per_event = operator_cpu / max(events_sent, 1)
-        final = await _observe(kube)
-        assert final.decisions == expected, "the pure core's decisions moved after the last change"
-        status_ok = await _status_matches(kube, expected)
-        before = await operator.scrape()
+async def _measure(
+    kube: Kube,
+    operator: RunningOperator,
+    churn: Churn,
+    probe: Probe,
+    options: LiveOptions,
+    say: Callable[[str], None],
+) -> Figures:
+    """The churn, the last change and its convergence, then the quiet period."""
+    writes = WriteCounter(kube)
+    await writes.start()
+    pod_events = PodEventCounter(kube)
+    await pod_events.start()
+    pid = operator.process.pid
+    cpu_before = cpu_seconds(pid)
+    baseline = LoadsBaseline(pod_events)
+    baseline.start()
+    queue_before = buckets(await operator.scrape(), QUEUE_HISTOGRAM, name=CONTROLLER_NAME)
+    started = time.perf_counter()
+    churn_seconds = await _churn(kube, churn, probe, options, started, say)
+    queue_after = buckets(await operator.scrape(), QUEUE_HISTOGRAM, name=CONTROLLER_NAME)
 
-        say(f"live: {options.quiet_seconds:.0f}s without changes, counting status writes")
-        pid = operator.process.pid
-        quiet_cpu_before, quiet_started = cpu_seconds(pid), time.perf_counter()
-        quiet_writes, moved = await _quiet(kube, options.quiet_seconds)
-        idle_rate = (cpu_seconds(pid) - quiet_cpu_before) / (time.perf_counter() - quiet_started)
-        after = await operator.scrape()
-        rss = memory_bytes(operator.process.pid)
-        _check_operator(operator)
+    say("live: one last change, then waiting for the status to converge")
+    observed = await _observe(kube)
+    final_pod, expected = _last_change(observed)
+    metadata = final_pod["metadata"]
+    await kube.delete(PODS.path(metadata["namespace"], metadata["name"]), grace_period_seconds=0)
+    churn.changes += 1
+    last_change = time.perf_counter()
+    converged = await _converge(kube, expected, options.converge_timeout, operator)
+    operator_cpu = cpu_seconds(pid) - cpu_before
+    run_seconds = time.perf_counter() - started
+    writes_during_churn = await writes.stop()
+    events_sent = await pod_events.stop()
+    loads_samples = await baseline.stop()
+    final = await _observe(kube)
+    assert final.decisions == expected, "the pure core's decisions moved after the last change"
+    status_ok = await _status_matches(kube, expected)
+    before = await operator.scrape()
 
-    count, total = (
-        "cozystack_gpuclass_pass_duration_seconds_count",
-        "cozystack_gpuclass_pass_duration_seconds_sum",
+    say(f"live: {options.quiet_seconds:.0f}s without changes, counting status writes")
+    quiet_cpu_before, quiet_started = cpu_seconds(pid), time.perf_counter()
+    quiet_writes, moved = await _quiet(kube, options.quiet_seconds)
+    idle_rate = (cpu_seconds(pid) - quiet_cpu_before) / (time.perf_counter() - quiet_started)
+    after = await operator.scrape()
+    rss = memory_bytes(pid)
+    _check_operator(operator)
+    return Figures(
+        churn=churn,
+        probe=probe,
+        churn_seconds=churn_seconds,
+        queued=bucket_delta(queue_after, queue_before),
+        naive_seconds=observed.seconds,
+        converge_seconds=converged - last_change,
+        status_ok=status_ok,
+        operator_cpu=operator_cpu,
+        run_seconds=run_seconds,
+        writes_during_churn=writes_during_churn,
+        events_sent=events_sent,
+        loads_samples=loads_samples,
+        quiet_writes=quiet_writes,
+        moved=moved,
+        idle_rate=idle_rate,
+        before=before,
+        after=after,
+        rss=rss,
     )
-    passes_total = after.get((count, ()), 0.0)
-    pass_sum = after.get((total, ()), 0.0)
-    quiet_passes = passes_total - before.get((count, ()), 0.0)
-    quiet_pass_sum = pass_sum - before.get((total, ()), 0.0)
-    errors = sum(v for (name, _), v in after.items() if name == "cozystack_gpuclass_pass_errors_total")
+
+
+async def _churn(
+    kube: Kube, churn: Churn, probe: Probe, options: LiveOptions, started: float, say: Callable[[str], None]
+) -> float:
+    """The GPU pods created, then the rounds of churn, the probe running meanwhile; their seconds."""
+    limit = asyncio.Semaphore(options.concurrency)
+    say(f"live: creating {options.pods:,} GPU pods, then {options.churn_rounds} rounds of churn")
+    probing = asyncio.create_task(probe.run())
+    await gather(limit, [_create_pod(kube, churn) for _ in range(options.pods)])
+    for _ in range(options.churn_rounds):
+        await gather(limit, _churn_round(kube, churn))
+    churn_seconds = time.perf_counter() - started
+    await probe.stop(probing)
+    return churn_seconds
+
+
+def _rows(options: LiveOptions, f: Figures) -> list[Row]:
+    """The figures with a target: convergence, quiet writes, CPU per event, the SLOs."""
+    loads_seconds, loads_min = statistics.median(f.loads_samples), min(f.loads_samples)
+    cpu_per_event = f.operator_cpu / max(f.events_sent, 1)
+    quiet_passes = _delta(f, "cozystack_gpuclass_pass_duration_seconds_count")
     # Lease renewals, the periodic recheck, bookmarks: CPU spent by the clock, not by the events; a
     # loaded machine that slows the churn down raises the whole-process figure without any change of
     # code, so the figure net of it is shown beside the target's (which stays whole-process).
-    net_per_event = max(operator_cpu - idle_rate * run_seconds, 0.0) / max(events_sent, 1)
-    queued = bucket_delta(queue_after, queue_before)
-    queue_p99 = histogram_quantile(0.99, queued)
-    queue_count = queued[-1][1] if queued else 0.0
-    status_p99 = tail_quantile(probe.latencies, probe.unanswered)
-    write_p99 = tail_quantile(probe.writes, 0)
-    rows = [
+    net_per_event = max(f.operator_cpu - f.idle_rate * f.run_seconds, 0.0) / max(f.events_sent, 1)
+    queue_p99 = histogram_quantile(0.99, f.queued)
+    queue_count = f.queued[-1][1] if f.queued else 0.0
+    status_p99 = tail_quantile(f.probe.latencies, f.probe.unanswered)
+    write_p99 = tail_quantile(f.probe.writes, 0)
+    return [
         Row(
             "live: status converged after the last change",
-            seconds(converge_seconds),
-            ratio=f"this ÷ naive relist-and-decide ({seconds(observed.seconds)}) = "
-            f"{times(converge_seconds / observed.seconds)}",
+            seconds(f.converge_seconds),
+            ratio=f"this ÷ naive relist-and-decide ({seconds(f.naive_seconds)}) = "
+            f"{times(f.converge_seconds / f.naive_seconds)}",
         ),
         Row(
             "  status then equals the pure core's (+ maxFreeUnitsPerNode, fits, conditions)",
-            "yes" if status_ok else "no",
+            "yes" if f.status_ok else "no",
             "yes",
-            status_ok,
+            f.status_ok,
         ),
         Row(
             f"live: status writes in {options.quiet_seconds:.0f}s of no change (watch MODIFIED)",
-            str(quiet_writes),
+            str(f.quiet_writes),
             f"= {QUIET_WRITES_TARGET}",
-            quiet_writes <= QUIET_WRITES_TARGET,
+            f.quiet_writes <= QUIET_WRITES_TARGET,
             f"over {quiet_passes:.0f} passes",
         ),
         Row(
             "  classes whose resourceVersion moved in that time",
-            str(moved),
+            str(f.moved),
             f"= {QUIET_WRITES_TARGET}",
-            moved <= QUIET_WRITES_TARGET,
+            f.moved <= QUIET_WRITES_TARGET,
         ),
         Row(
-            f"live: operator CPU per Pod watch event ({events_sent:,} events, whole process)",
+            f"live: operator CPU per Pod watch event ({f.events_sent:,} events, whole process)",
             seconds(cpu_per_event),
             f"≤ {times(CPU_PER_EVENT_TARGET)} json.loads",
             cpu_per_event <= CPU_PER_EVENT_TARGET * loads_seconds,
-            f"this ÷ json.loads (CPU, median of {len(loads_samples)} interleaved samples: "
+            f"this ÷ json.loads (CPU, median of {len(f.loads_samples)} interleaved samples: "
             f"{seconds(loads_seconds)}; min {seconds(loads_min)}) = {times(cpu_per_event / loads_seconds)}"
             f" (÷ min: {times(cpu_per_event / loads_min)})",
         ),
         Row(
             "  the same, net of the CPU that follows the clock (idle rate while quiet, times the run time)",
             seconds(net_per_event),
-            ratio=f"idle {idle_rate * 1e3:.1f} ms/s for {run_seconds:.0f}s = "
-            f"{seconds(idle_rate * run_seconds)} of {seconds(operator_cpu)}; "
+            ratio=f"idle {f.idle_rate * 1e3:.1f} ms/s for {f.run_seconds:.0f}s = "
+            f"{seconds(f.idle_rate * f.run_seconds)} of {seconds(f.operator_cpu)}; "
             f"÷ json.loads median = {times(net_per_event / loads_seconds)}"
             f" (÷ min: {times(net_per_event / loads_min)})",
         ),
@@ -294,23 +358,39 @@ async def _run(
             "as histogram_quantile computes it",
         ),
         Row(
-            f"live: a pod change to its class's status, p99 (probe, {len(probe.latencies)} changes)",
+            f"live: a pod change to its class's status, p99 (probe, {len(f.probe.latencies)} changes)",
             seconds(status_p99) if status_p99 is not None else "-",
             f"≤ {seconds(STATUS_P99_TARGET)}",
             status_p99 is not None and status_p99 <= STATUS_P99_TARGET,
             f"this ÷ the API server's answer to the same writes (p99 {seconds(write_p99)}) = "
             f"{times(status_p99 / write_p99)}"
             if status_p99 is not None and write_p99
-            else f"{probe.unanswered} never shown",
+            else f"{f.probe.unanswered} never shown",
         ),
+    ]
+
+
+def _delta(f: Figures, name: str) -> float:
+    """How much the operator's sample ``name`` (no labels) grew over the quiet period."""
+    return f.after.get((name, ()), 0.0) - f.before.get((name, ()), 0.0)
+
+
+def _context_rows(options: LiveOptions, f: Figures) -> list[Row]:
+    """The figures without a target: the churn, the writes, the passes, CPU and memory."""
+    passes_total = f.after.get(("cozystack_gpuclass_pass_duration_seconds_count", ()), 0.0)
+    pass_sum = f.after.get(("cozystack_gpuclass_pass_duration_seconds_sum", ()), 0.0)
+    quiet_passes = _delta(f, "cozystack_gpuclass_pass_duration_seconds_count")
+    quiet_pass_sum = _delta(f, "cozystack_gpuclass_pass_duration_seconds_sum")
+    errors = sum(v for (name, _), v in f.after.items() if name == "cozystack_gpuclass_pass_errors_total")
+    return [
         Row(
-            f"context: churn, {churn.changes:,} pod changes ({churn.created:,} creations)",
-            seconds(churn_seconds),
-            ratio=f"{churn.changes / churn_seconds:,.0f} changes/s",
+            f"context: churn, {f.churn.changes:,} pod changes ({f.churn.created:,} creations)",
+            seconds(f.churn_seconds),
+            ratio=f"{f.churn.changes / f.churn_seconds:,.0f} changes/s",
         ),
         Row(
             "context: status writes from the first pod to convergence",
-            str(writes_during_churn),
+            str(f.writes_during_churn),
             ratio=f"{options.classes} classes",
         ),
         Row(
@@ -325,17 +405,11 @@ async def _run(
         ),
         Row(
             "context: operator CPU from the first pod to convergence",
-            seconds(operator_cpu),
-            ratio=f"{seconds(operator_cpu / churn.changes)} per pod change",
+            seconds(f.operator_cpu),
+            ratio=f"{seconds(f.operator_cpu / f.churn.changes)} per pod change",
         ),
-        Row("context: operator resident memory at the end", f"{rss / 1e6:.0f} MB" if rss else "-"),
+        Row("context: operator resident memory at the end", f"{f.rss / 1e6:.0f} MB" if f.rss else "-"),
     ]
-    notes = [
-        f"live: {options.nodes} GPU nodes, {options.classes} classes over {options.resources} names, "
-        f"{options.concurrency} API calls in flight; operator debounce at its default, "
-        f"recheck every {options.recheck_seconds:.0f}s",
-    ]
-    return LiveResult(rows, notes)
 
 
 # --- setting up -------------------------------------------------------------------------------

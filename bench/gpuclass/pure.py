@@ -94,6 +94,28 @@ class PureResult:
     notes: list[str]
 
 
+@dataclass(frozen=True)
+class Figures:
+    """What ``_measure`` timed, read by ``_rows``."""
+
+    classes: int
+    nodes: int
+    pods: int
+    pass_seconds: float
+    sized_seconds: float
+    glue_seconds: float
+    naive_seconds: float
+    fill_seconds: float
+    events: int
+    gpu_events: int
+    event_seconds: float
+    gpu_event_seconds: float
+    plain_event_seconds: float
+    loads_seconds: float
+    event_bytes: int  # the mean size of one event's text
+    memory: Memory
+
+
 def _measure(options: PureOptions, say: Callable[[str], None]) -> PureResult:
     spec = options.world
     say(f"pure: generating the world ({spec.nodes:,} nodes, {spec.pods:,} pods)")
@@ -136,47 +158,76 @@ def _measure(options: PureOptions, say: Callable[[str], None]) -> PureResult:
 
     say("pure: quantities, ours against kubernetes.utils.parse_quantity, checked against each other")
     quantity = quantity_rows(events, options.event_rounds, event_seconds)
+    figures = Figures(
+        classes=len(world.classes),
+        nodes=len(world.nodes),
+        pods=len(pods),
+        pass_seconds=pass_seconds,
+        sized_seconds=sized_seconds,
+        glue_seconds=glue_seconds,
+        naive_seconds=naive_seconds,
+        fill_seconds=fill_seconds,
+        events=len(events),
+        gpu_events=len(gpu_events),
+        event_seconds=event_seconds,
+        gpu_event_seconds=gpu_event_seconds,
+        plain_event_seconds=plain_event_seconds,
+        loads_seconds=loads_seconds,
+        event_bytes=sum(map(len, texts)) // len(texts),
+        memory=memory,
+    )
+    serving = sum(1 for d in decisions.values() if any(fit.vms for fit in d.status.fits))
+    notes = [
+        f"naive pass and decide agree on freeUnits, maxFreeUnitsPerNode and fits of all {compared} "
+        f"classes ({serving} of them fit some VM), with the default sizes and with {len(EIGHT_SIZES)} "
+        "sizes per class",
+        *quantity.notes,
+    ]
+    return PureResult([*_rows(options, figures), *quantity.rows], notes)
 
-    rows = [
+
+def _rows(options: PureOptions, f: Figures) -> list[Row]:
+    memory = f.memory
+    return [
         Row(
-            f"full pass over {len(world.classes)} classes, warm aggregates (median of {options.pass_runs})",
-            seconds(pass_seconds),
+            f"full pass over {f.classes} classes, warm aggregates (median of {options.pass_runs})",
+            seconds(f.pass_seconds),
             f"≤ {seconds(PASS_TARGET_SECONDS)}",
-            pass_seconds <= PASS_TARGET_SECONDS,
-            f"naive ÷ this = {times(naive_seconds / pass_seconds)}; "
-            f"this = {times(pass_seconds / loads_seconds)} json.loads of one event",
+            f.pass_seconds <= PASS_TARGET_SECONDS,
+            f"naive ÷ this = {times(f.naive_seconds / f.pass_seconds)}; "
+            f"this = {times(f.pass_seconds / f.loads_seconds)} json.loads of one event",
         ),
         Row(
             f"  the same pass, {len(EIGHT_SIZES)} VM sizes per class (a different list each)",
-            seconds(sized_seconds),
+            seconds(f.sized_seconds),
             f"≤ {seconds(PASS_TARGET_SECONDS)}",
-            sized_seconds <= PASS_TARGET_SECONDS,
+            f.sized_seconds <= PASS_TARGET_SECONDS,
             f"this ÷ pass with the default {len(DEFAULT_VM_SIZES)} sizes = "
-            f"{times(sized_seconds / pass_seconds)}",
+            f"{times(f.sized_seconds / f.pass_seconds)}",
         ),
         Row(
             "  speed-up of the pass over the naive pass",
-            times(naive_seconds / pass_seconds),
+            times(f.naive_seconds / f.pass_seconds),
             f"≥ {times(SPEEDUP_TARGET)}",
-            naive_seconds / pass_seconds >= SPEEDUP_TARGET,
+            f.naive_seconds / f.pass_seconds >= SPEEDUP_TARGET,
         ),
         Row(
-            f"pod event into aggregates, mean ({len(events):,} events a round, {len(gpu_events):,} GPU)",
-            seconds(event_seconds),
+            f"pod event into aggregates, mean ({f.events:,} events a round, {f.gpu_events:,} GPU)",
+            seconds(f.event_seconds),
             f"≤ {seconds(EVENT_TARGET_SECONDS)}",
-            event_seconds <= EVENT_TARGET_SECONDS,
-            f"this ÷ json.loads = {times(event_seconds / loads_seconds)}; "
-            f"naive pass ÷ this = {times(naive_seconds / event_seconds)}",
+            f.event_seconds <= EVENT_TARGET_SECONDS,
+            f"this ÷ json.loads = {times(f.event_seconds / f.loads_seconds)}; "
+            f"naive pass ÷ this = {times(f.naive_seconds / f.event_seconds)}",
         ),
         Row(
             "  of which GPU pods (half release, then retake units)",
-            seconds(gpu_event_seconds),
-            ratio=f"this ÷ json.loads = {times(gpu_event_seconds / loads_seconds)}",
+            seconds(f.gpu_event_seconds),
+            ratio=f"this ÷ json.loads = {times(f.gpu_event_seconds / f.loads_seconds)}",
         ),
         Row(
             "  of which cpu/memory-only pods",
-            seconds(plain_event_seconds),
-            ratio=f"this ÷ json.loads = {times(plain_event_seconds / loads_seconds)}",
+            seconds(f.plain_event_seconds),
+            ratio=f"this ÷ json.loads = {times(f.plain_event_seconds / f.loads_seconds)}",
         ),
         Row(
             f"aggregates' memory (tracemalloc; {memory.tracked_pods:,} pods hold units)",
@@ -186,31 +237,22 @@ def _measure(options: PureOptions, say: Callable[[str], None]) -> PureResult:
             f"{memory.total / max(memory.tracked_pods, 1):,.0f} B per tracked pod "
             f"({megabytes(memory.referenced)} of it strings of the objects fed)",
         ),
-        Row("baseline: naive pass, recomputed from every pod", seconds(naive_seconds)),
+        Row("baseline: naive pass, recomputed from every pod", seconds(f.naive_seconds)),
         Row(
-            f"baseline: json.loads of one pod watch event (mean of {sum(map(len, texts)) // len(texts):,} B)",
-            seconds(loads_seconds),
+            f"baseline: json.loads of one pod watch event (mean of {f.event_bytes:,} B)",
+            seconds(f.loads_seconds),
         ),
         Row(
             "context: pass + status diff of every class (nothing to write)",
-            seconds(glue_seconds),
-            ratio=f"naive ÷ this = {times(naive_seconds / glue_seconds)}",
+            seconds(f.glue_seconds),
+            ratio=f"naive ÷ this = {times(f.naive_seconds / f.glue_seconds)}",
         ),
         Row(
-            f"context: initial fill, {len(world.nodes):,} nodes + {len(pods):,} pods",
-            seconds(fill_seconds),
-            ratio=f"{seconds(fill_seconds / (len(pods) + len(world.nodes)))} per object",
+            f"context: initial fill, {f.nodes:,} nodes + {f.pods:,} pods",
+            seconds(f.fill_seconds),
+            ratio=f"{seconds(f.fill_seconds / (f.pods + f.nodes))} per object",
         ),
-        *quantity.rows,
     ]
-    serving = sum(1 for d in decisions.values() if any(fit.vms for fit in d.status.fits))
-    notes = [
-        f"naive pass and decide agree on freeUnits, maxFreeUnitsPerNode and fits of all {compared} "
-        f"classes ({serving} of them fit some VM), with the default sizes and with {len(EIGHT_SIZES)} "
-        "sizes per class",
-        *quantity.notes,
-    ]
-    return PureResult(rows, notes)
 
 
 def run(options: PureOptions, say: Callable[[str], None]) -> PureResult:

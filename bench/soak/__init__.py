@@ -35,7 +35,7 @@ import signal
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 import httpx
@@ -179,6 +179,15 @@ def run(argv: Sequence[str] | None = None) -> int:
     return report(title, rows, notes, started)
 
 
+@dataclass
+class Sampling:
+    """The churn's run, sampled: every reading, when it stopped, whether memwhere took a baseline."""
+
+    samples: list[analysis.Sample] = field(default_factory=list)
+    churned: float = 0.0  # seconds of churn
+    baseline_taken: bool = False
+
+
 async def _run(
     kubeconfig: str,
     workdir: Path,
@@ -192,28 +201,11 @@ async def _run(
     kube = await Kube.connect(kubeconfig)
     await churn.install_world(kube)
     api = ApiServerMetrics(kubeconfig, workdir)
-    operators: dict[str, RunningOperator] = {}
-    samples: list[analysis.Sample] = []
     driver = churn.Churn(kube, rates)
     scraper = Scraper()
     try:
         async with contextlib.AsyncExitStack() as stack:
-            for name, module in OPERATORS.items():
-                # One replica each: no lease to lose when the shared machine stalls a renewal (a
-                # lease lost is an exit by design; the soak is about memory and cost, not HA).
-                args = ["--leader-elect=false"]
-                if name == "gpuclass":
-                    args.append(f"--kubevirt-namespace={churn.KUBEVIRT_NAMESPACE}")
-                env: dict[str, str] = {}
-                if where_memory:  # the same operator, under tracemalloc
-                    env = {
-                        memwhere.MODULE_ENV: module,
-                        memwhere.OUT_ENV: str(workdir / f"{name}-memwhere.txt"),
-                    }
-                    module = "bench.soak.memwhere"
-                operators[name] = await stack.enter_async_context(
-                    operator_process(module, kubeconfig, args, workdir / f"{name}-operator.log", env)
-                )
+            operators = await _start_operators(stack, kubeconfig, workdir, where_memory)
             await stack.enter_async_context(load_balancer(kube))
             # The address substrate's controllers: the real ones when named, else its model.
             await stack.enter_async_context(address_substrate(kube))
@@ -223,66 +215,35 @@ async def _run(
                 f"churning for {seconds / 60:g} min: {rates.attachments:g} attachments, {rates.pods:g} pods, "
                 f"{rates.nodes:g} nodes a minute (logs and samples in {workdir})"
             )
-            churning = asyncio.create_task(driver.run())
             t0 = time.monotonic()
-            baseline_taken = False
-            with (workdir / "samples.jsonl").open("w") as out:
-                next_report = t0 + 60
-                while (now := time.monotonic()) - t0 < seconds:
-                    if churning.done():
-                        await churning  # raises what killed it
-                    for name, op in operators.items():
-                        if op.process.returncode is not None:
-                            raise RuntimeError(f"the {name} operator exited:\n{op.log_tail()}")
-                    steady = driver.full_at
-                    if (
-                        where_memory
-                        and not baseline_taken
-                        and steady is not None
-                        and now - t0 >= max(warmup, steady)
-                    ):
-                        for op in operators.values():
-                            op.process.send_signal(signal.SIGUSR1)  # memwhere: the baseline snapshot
-                        baseline_taken = True
-                        say("memory baseline taken")
-                    reading = await sample(now - t0, driver.counts, api, operators, scraper)
-                    samples.append(reading)
-                    out.write(json.dumps(asdict(reading)) + "\n")
-                    out.flush()
-                    if now >= next_report:
-                        next_report += 60
-                        rss = ", ".join(f"{n} {v / 2**20:.0f} MiB" for n, v in reading.rss.items())
-                        say(f"{reading.at / 60:4.1f} min: {reading.changes:,} changes; RSS {rss}")
-                    await asyncio.sleep(max(0.0, interval - (time.monotonic() - now)))  # the sampling period
-                churning.cancel()
-                with contextlib.suppress(asyncio.CancelledError):
-                    await churning
-                churned = time.monotonic() - t0
-                samples.append(await sample(churned, driver.counts, api, operators, scraper))
+            run = await _churn_sampled(
+                driver, api, operators, scraper, workdir, seconds, warmup, interval, say, where_memory
+            )
             say("churn stopped; waiting for every live attachment to be Provisioned")
             steady = driver.full_at
             if steady is None:
                 notes_before = ["the populations never filled: the whole run is warm-up"]
-                warmup = churned
+                warmup = run.churned
             else:
                 notes_before = [f"every population full {steady:.0f}s in"]
                 warmup = max(warmup, steady + 2 * interval)
             settled = await _settle(kube, SETTLE_SECONDS)
-            if where_memory and baseline_taken:
+            if where_memory and run.baseline_taken:
                 await _where_memory(operators, workdir, say)
-            rows, notes = analysis.analyse(samples, warmup, list(OPERATORS))
-            notes = notes_before + notes
+            rows, notes = analysis.analyse(run.samples, warmup, list(OPERATORS))
             counts = driver.counts
             rows = [
                 analysis.rate_row(
                     "attachments",
                     counts.created["attachment"],
                     counts.deleted["attachment"],
-                    churned,
+                    run.churned,
                     rates.attachments,
                 ),
-                analysis.rate_row("pods", counts.created["pod"], counts.deleted["pod"], churned, rates.pods),
-                Row("nodes churned per minute", f"{counts.created['node'] / churned * 60:,.1f}"),
+                analysis.rate_row(
+                    "pods", counts.created["pod"], counts.deleted["pod"], run.churned, rates.pods
+                ),
+                Row("nodes churned per minute", f"{counts.created['node'] / run.churned * 60:,.1f}"),
                 *rows,
                 settled,
                 analysis.events_row(
@@ -292,26 +253,8 @@ async def _run(
                     events.REFILL_SECONDS,
                 ),
             ]
-            for name, op in operators.items():
-                log = op.log_path.read_text(errors="replace")
-                rows.append(
-                    Row(
-                        f"{name}: /metrics scrapes that failed",
-                        str(scraper.failures[name]),
-                        "0",
-                        not scraper.failures[name],
-                    )
-                )
-                if scraper.failures[name]:
-                    notes.append(f"{name}: last failed scrape: {scraper.last_failure[name][:200]}")
-                rows.append(
-                    Row(
-                        f"{name}: tracebacks in its log", str(log.count(TRACEBACK)), "0", TRACEBACK not in log
-                    )
-                )
-                trend = analysis.growth_trend(samples, name, warmup)
-                if trend is not None:
-                    notes.append(f"{name}: RSS trend after warm-up {trend / 2**10:+,.0f} KiB/min")
+            notes = notes_before + notes
+            _operator_rows(operators, scraper, run.samples, warmup, rows, notes)
             notes.append(
                 f"changes: created {dict(counts.created)}, deleted {dict(counts.deleted)}"
                 + (
@@ -323,6 +266,102 @@ async def _run(
             return rows, notes
     finally:
         await api.close()
+
+
+async def _start_operators(
+    stack: contextlib.AsyncExitStack, kubeconfig: str, workdir: Path, where_memory: bool
+) -> dict[str, RunningOperator]:
+    operators: dict[str, RunningOperator] = {}
+    for name, module in OPERATORS.items():
+        # One replica each: no lease to lose when the shared machine stalls a renewal (a
+        # lease lost is an exit by design; the soak is about memory and cost, not HA).
+        args = ["--leader-elect=false"]
+        if name == "gpuclass":
+            args.append(f"--kubevirt-namespace={churn.KUBEVIRT_NAMESPACE}")
+        env: dict[str, str] = {}
+        if where_memory:  # the same operator, under tracemalloc
+            env = {memwhere.MODULE_ENV: module, memwhere.OUT_ENV: str(workdir / f"{name}-memwhere.txt")}
+            module = "bench.soak.memwhere"
+        operators[name] = await stack.enter_async_context(
+            operator_process(module, kubeconfig, args, workdir / f"{name}-operator.log", env)
+        )
+    return operators
+
+
+async def _churn_sampled(
+    driver: churn.Churn,
+    api: ApiServerMetrics,
+    operators: dict[str, RunningOperator],
+    scraper: Scraper,
+    workdir: Path,
+    seconds: float,
+    warmup: float,
+    interval: float,
+    say: Callable[[str], None],
+    where_memory: bool,
+) -> Sampling:
+    """The churn for ``seconds``, sampled every ``interval`` (each reading also a line of
+    samples.jsonl); under memwhere, the baseline snapshot once warm."""
+    run = Sampling()
+    churning = asyncio.create_task(driver.run())
+    t0 = time.monotonic()
+    with (workdir / "samples.jsonl").open("w") as out:
+        next_report = t0 + 60
+        while (now := time.monotonic()) - t0 < seconds:
+            if churning.done():
+                await churning  # raises what killed it
+            for name, op in operators.items():
+                if op.process.returncode is not None:
+                    raise RuntimeError(f"the {name} operator exited:\n{op.log_tail()}")
+            steady = driver.full_at
+            if (
+                where_memory
+                and not run.baseline_taken
+                and steady is not None
+                and now - t0 >= max(warmup, steady)
+            ):
+                for op in operators.values():
+                    op.process.send_signal(signal.SIGUSR1)  # memwhere: the baseline snapshot
+                run.baseline_taken = True
+                say("memory baseline taken")
+            reading = await sample(now - t0, driver.counts, api, operators, scraper)
+            run.samples.append(reading)
+            out.write(json.dumps(asdict(reading)) + "\n")
+            out.flush()
+            if now >= next_report:
+                next_report += 60
+                rss = ", ".join(f"{n} {v / 2**20:.0f} MiB" for n, v in reading.rss.items())
+                say(f"{reading.at / 60:4.1f} min: {reading.changes:,} changes; RSS {rss}")
+            await asyncio.sleep(max(0.0, interval - (time.monotonic() - now)))  # the sampling period
+        churning.cancel()
+        with contextlib.suppress(asyncio.CancelledError):
+            await churning
+        run.churned = time.monotonic() - t0
+        run.samples.append(await sample(run.churned, driver.counts, api, operators, scraper))
+    return run
+
+
+def _operator_rows(
+    operators: dict[str, RunningOperator],
+    scraper: Scraper,
+    samples: list[analysis.Sample],
+    warmup: float,
+    rows: list[Row],
+    notes: list[str],
+) -> None:
+    """Each operator's failed scrapes and logged tracebacks (rows), its RSS trend (a note)."""
+    for name, op in operators.items():
+        log = op.log_path.read_text(errors="replace")
+        failures = scraper.failures[name]
+        rows.append(Row(f"{name}: /metrics scrapes that failed", str(failures), "0", not failures))
+        if failures:
+            notes.append(f"{name}: last failed scrape: {scraper.last_failure[name][:200]}")
+        rows.append(
+            Row(f"{name}: tracebacks in its log", str(log.count(TRACEBACK)), "0", TRACEBACK not in log)
+        )
+        trend = analysis.growth_trend(samples, name, warmup)
+        if trend is not None:
+            notes.append(f"{name}: RSS trend after warm-up {trend / 2**10:+,.0f} KiB/min")
 
 
 async def _where_memory(

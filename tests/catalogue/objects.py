@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, Final
 
 from harness.ea_cluster import NODE
+from harness.ea_objects import helmrelease_spec
 from harness.substrate import API_VERSION as SUBSTRATE_API_VERSION
 from harness.substrate import DEFAULT_CLASS_ANNOTATION, METALLB_PROVISIONER
 from shared.lineage import LABEL_TRUE
@@ -172,17 +173,5 @@ def helmrelease(name: str, labels: Mapping[str, str], namespace: str = TENANT) -
         "apiVersion": HELMRELEASE_API_VERSION,
         "kind": "HelmRelease",
         "metadata": meta(name, namespace, labels=dict(labels)),
-        "spec": {
-            "interval": "5m",
-            "chart": {
-                "spec": {
-                    "chart": "postgres",
-                    "sourceRef": {
-                        "kind": "HelmRepository",
-                        "name": "cozystack-apps",
-                        "namespace": "cozy-public",
-                    },
-                }
-            },
-        },
+        "spec": helmrelease_spec(),
     }
