@@ -1,10 +1,11 @@
-"""How many Python calls one Pod update takes on its way to its PATCH, through the whole runtime.
+"""How many Python calls one Pod update takes on its way to its pass's first write, through the runtime.
 
-Run ``python -m tests.callpath``. A VM-mode attachment is Provisioned on in-memory stores; a second
-launcher pod of its VM then turns ready in its EndpointSlice... no: a Pod's labels change so that
-it joins the VM's endpoint, and the runtime's handlers, queue and one pass run until the first
-PATCH. Every Python-level call in between is counted (``sys.setprofile``), with the files it
-crossed. A figure for issue 28 (≤ 300), measured the same way before and after.
+Run ``python -m tests.callpath`` (``-v [N]``: the N busiest functions). A WholeIP attachment of a VM
+is Provisioned on in-memory stores; then its launcher pod's labels change so that a chart's own
+cozy-proxy Service selects it too. The Pod handlers (predicates, map functions), the queue and the
+pass (read model, planner, glue) run until the first write (the attachment's Service withdrawn).
+Every Python call in between is counted with ``sys.setprofile``: those in the project's files (the
+figure issue 28 asks for, at most 300), and all of them, libraries included.
 """
 
 from __future__ import annotations
@@ -66,6 +67,10 @@ class Profile:
             code = frame.f_code
             self.calls[code.co_filename] += 1
             self.functions[f"{code.co_filename}:{code.co_name}"] += 1
+
+    def project_calls(self) -> dict[str, int]:
+        """The calls in the project's own files (not its virtualenv's libraries), by file."""
+        return {f: n for f, n in self.calls.items() if f.startswith(PROJECT) and "/.venv/" not in f}
 
     def stop(self) -> None:
         sys.setprofile(None)
@@ -153,9 +158,7 @@ async def measure() -> tuple[Profile, list[tuple[str, str, str]]]:
 def main() -> None:
     profile, calls = asyncio.run(measure())
     total = sum(profile.calls.values())
-    ours = {
-        name: n for name, n in profile.calls.items() if name.startswith(PROJECT) and "/.venv/" not in name
-    }
+    ours = profile.project_calls()
     print(f"writes: {calls}")
     print(f"{sum(ours.values())} calls in {len(ours)} project files before the first write")
     print(f"({total} Python calls in {len(profile.calls)} files, libraries included)")

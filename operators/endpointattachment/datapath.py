@@ -217,11 +217,14 @@ def served_selector(selector: Mapping[str, str] | None) -> Mapping[str, str] | N
 def selected_pods(selector: Mapping[str, str] | None, pods: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     """UIDs of the pods (of one namespace) the selector selects, ready or not, finished ones aside."""
     keys: set[str] = set()
+    if not selector:
+        return frozenset()  # selects nothing (``selects``)
+    wanted = selector.items()
     for pod in pods:
         metadata = pod.get("metadata") or {}
         if (pod.get("status") or {}).get("phase") in _FINISHED_PHASES or not metadata.get("uid"):
             continue
-        if selects(selector, metadata.get("labels") or {}):
+        if wanted <= (metadata.get("labels") or {}).items():  # ``selects``, inline: one call per pod less
             keys.add(str(metadata["uid"]))
     return frozenset(keys)
 
@@ -229,7 +232,7 @@ def selected_pods(selector: Mapping[str, str] | None, pods: Iterable[Mapping[str
 def slice_pods(endpoint_slices: Iterable[Mapping[str, Any]]) -> frozenset[str]:
     """Keys of every endpoint (ready or not) of some EndpointSlices."""
     keys = {backend_key(e) for s in endpoint_slices for e in s.get("endpoints") or ()}
-    return frozenset(k for k in keys if k)
+    return frozenset(filter(None, keys))  # neither None nor ""
 
 
 def selectors_nested(a: Mapping[str, str] | None, b: Mapping[str, str] | None) -> bool:

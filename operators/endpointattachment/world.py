@@ -285,6 +285,8 @@ def empty_stores() -> dict[Resource, Store]:
 
 
 def _oldest_first(objects: list[Obj]) -> list[Obj]:
+    if len(objects) < 2:
+        return objects
     return sorted(objects, key=lambda o: (str(_metadata(o).get("creationTimestamp") or ""), key_of(o)))
 
 
@@ -315,7 +317,8 @@ class World:
         return spec
 
     def substrate_served(self) -> bool:
-        return all(self.caches.served(resource) for resource in SUBSTRATE)
+        served = self.caches.served
+        return served(CLAIMS) and served(CLASSES) and served(ADDRESSES)  # SUBSTRATE
 
     # --- single objects --------------------------------------------------------------------------
 
@@ -350,7 +353,7 @@ class World:
     def addresses_of(self, claim: Mapping[str, Any] | None) -> list[Obj]:
         if claim is None:
             return []
-        return sorted(self.addresses.index(BY_CLAIM_REF, key_of(claim)), key=key_of)
+        return self.addresses.index(BY_CLAIM_REF, key_of(claim))  # in key order
 
     def claim_users(self, claim: Mapping[str, Any] | None, attachment: Mapping[str, Any]) -> list[Obj]:
         """The live Services naming the claim that this attachment does not control."""
@@ -394,11 +397,11 @@ class World:
     def substrate_catching_up(self) -> bool:
         """A substrate CRD is established but its informer has not listed yet: not synced, so no
         decision (a pass would take an empty cache for "no claim")."""
-        crds = self.caches.store(CRDS)
-        return any(
-            established(crds.get(("", crd_name(resource)))) and not self.caches.served(resource)
-            for resource in SUBSTRATE
-        )
+        caches = self.caches
+        for resource in SUBSTRATE:
+            if not caches.served(resource) and established(caches.store(CRDS).get(("", crd_name(resource)))):
+                return True
+        return False
 
     def in_vm_mode(self) -> frozenset[Key]:
         return self.attachments.index_keys(VM_MODE, True)
@@ -420,7 +423,7 @@ class World:
     # --- the VM modes ----------------------------------------------------------------------------
 
     def slices_of(self, namespace: str, service: str) -> list[Obj]:
-        return sorted(self.slices.index(BY_SERVICE, (namespace, service)), key=key_of)
+        return self.slices.index(BY_SERVICE, (namespace, service))  # in key order
 
     def pods_in(self, namespace: str) -> list[Obj]:
         return self.pods.index(BY_NAMESPACE, namespace)
@@ -436,7 +439,7 @@ class World:
         result: list[ProxiedService] = []
         rendered: set[str] = set()
         pods = self.pods_in(namespace)
-        for service in sorted(self.services.index(PROXIED, True), key=key_of):
+        for service in self.services.index(PROXIED, True):  # in key order
             ns = key_of(service)[0]
             if ns != namespace:
                 continue
@@ -491,7 +494,8 @@ class World:
         return resolve(attachment, self.spec(attachment), self.helmrelease_of(attachment), endpoint).ok
 
     def _as_proxied(self, service: Mapping[str, Any], pods: list[Obj], rank: Any = None) -> ProxiedService:
-        ns, name = key_of(service)
+        metadata = _metadata(service)
+        ns, name = str(metadata.get("namespace") or ""), str(metadata.get("name") or "")
         # A Service of ours whose backends are withdrawn (MultipleBackends) still holds its pods.
         selector = served_selector((service.get("spec") or {}).get("selector") or None)
         return ProxiedService(
@@ -501,8 +505,8 @@ class World:
             backends=selected_pods(selector, pods) | slice_pods(self.slices_of(ns, name)),
             attachment=rank,
             selector=selector,
-            uid=str(_metadata(service).get("uid") or ""),
-            resource_version=str(_metadata(service).get("resourceVersion") or ""),
+            uid=str(metadata.get("uid") or ""),
+            resource_version=str(metadata.get("resourceVersion") or ""),
         )
 
     def as_proxied(self, service: Mapping[str, Any]) -> ProxiedService | None:
