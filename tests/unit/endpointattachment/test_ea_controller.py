@@ -108,7 +108,7 @@ def changed(obj: Obj, **metadata: Any) -> Obj:
 
 # --- the map functions, one version of one object each ---------------------------------------------
 
-MapFunction = Callable[[StaticCaches, Obj], Any]
+MapFunction = Callable[[World, Obj], Any]
 
 
 @pytest.mark.parametrize(
