@@ -547,31 +547,7 @@ async def _measure(
     if warmup.timed_out or warmup.failed:
         raise AssertionError(f"the warm-up attachment was not Provisioned:\n{operator.log_tail(60)}")
     usage = Usage(pids, operator, balancer)
-    # Watched only while the baseline runs: in the attachments' phase it would only add work here.
-    baseline_watch = supervised(
-        follow(kube, SERVICES.path(NAMESPACE), seen.baseline.on_event, label_selector=ATTACHMENT_LABEL),
-        "baseline watch",
-        say,
-    )
-    try:
-        await drive(["base-warmup"], create_baseline, seen.baseline, warm)
-        say(f"attach: baseline, {count:,} claims and Services by hand, {options.in_flight} in flight")
-        served = await api.requests()
-        usage.begin()
-        base_driven = await drive(base_names, create_baseline, seen.baseline, options)
-        base = Phase(base_driven, usage.end(), requests=await api.requests() - served)
-    finally:
-        baseline_watch.cancel()
-        with contextlib.suppress(asyncio.CancelledError, ApiError):
-            await baseline_watch
-    # MetalLB reprocesses every Service after each new allocation: both phases must run beside as many.
-    # A claim's address outlives its Service (the driver's placeholder holds it): the claims go too,
-    # and their class reclaims with Delete, so MetalLB releases every address.
-    say("attach: deleting the baseline's Services and claims; MetalLB releases their addresses")
-    for name in ["base-warmup", *base.driven.created_at]:
-        await kube.delete(SERVICES.path(NAMESPACE, name))
-        await kube.delete(CLAIMS.path(NAMESPACE, name))
-    await balancer.wait_for_pool(pool_name(BASELINE_CLASS), WARMUP_TIMEOUT, assigned=0)
+    base = await _baseline(kube, balancer, seen, api, usage, base_names, create_baseline, options, say)
 
     say(f"attach: {count:,} EndpointAttachments, {options.in_flight} in flight")
     before, served = await operator.scrape(), await api.requests()
@@ -590,6 +566,56 @@ async def _measure(
         requests=served_after - served,
     )
     say(f"attach: done in {driven.wall:.1f}s; checking what the API holds")
+    rows, more = _rows(options, phase, base, seen)
+    return AttachResult(rows, [*more, *await _health(kube, names, operator, balancer)])
+
+
+async def _baseline(
+    kube: Kube,
+    balancer: MetalLB,
+    seen: Observers,
+    api: ApiServerMetrics,
+    usage: Usage,
+    names: list[str],
+    create: Callable[[str], Awaitable[None]],
+    options: AttachOptions,
+    say: Callable[[str], None],
+) -> Phase:
+    """The baseline phase: a claim and a LoadBalancer Service by hand for each name, then all deleted
+    until MetalLB has released every address."""
+    warm = dataclasses.replace(options, in_flight=1, item_timeout=WARMUP_TIMEOUT)
+    # Watched only while the baseline runs: in the attachments' phase it would only add work here.
+    baseline_watch = supervised(
+        follow(kube, SERVICES.path(NAMESPACE), seen.baseline.on_event, label_selector=ATTACHMENT_LABEL),
+        "baseline watch",
+        say,
+    )
+    try:
+        await drive(["base-warmup"], create, seen.baseline, warm)
+        say(f"attach: baseline, {len(names):,} claims and Services by hand, {options.in_flight} in flight")
+        served = await api.requests()
+        usage.begin()
+        base_driven = await drive(names, create, seen.baseline, options)
+        base = Phase(base_driven, usage.end(), requests=await api.requests() - served)
+    finally:
+        baseline_watch.cancel()
+        with contextlib.suppress(asyncio.CancelledError, ApiError):
+            await baseline_watch
+    # MetalLB reprocesses every Service after each new allocation: both phases must run beside as many.
+    # A claim's address outlives its Service (the driver's placeholder holds it): the claims go too,
+    # and their class reclaims with Delete, so MetalLB releases every address.
+    say("attach: deleting the baseline's Services and claims; MetalLB releases their addresses")
+    for name in ["base-warmup", *base.driven.created_at]:
+        await kube.delete(SERVICES.path(NAMESPACE, name))
+        await kube.delete(CLAIMS.path(NAMESPACE, name))
+    await balancer.wait_for_pool(pool_name(BASELINE_CLASS), WARMUP_TIMEOUT, assigned=0)
+    return base
+
+
+async def _health(
+    kube: Kube, names: Sequence[str], operator: RunningOperator, balancer: MetalLB
+) -> list[str]:
+    """What the API holds after the run, and whether the operator and MetalLB came through it."""
     notes = [await _check(kube, names)]
     if operator.process.returncode is not None:
         notes.append(f"the operator DIED during the run; log: {operator.log_path}")
@@ -602,8 +628,7 @@ async def _measure(
     )
     if "Traceback" in operator.log_path.read_text(errors="replace"):
         notes.append(f"the operator logged a traceback; log: {operator.log_path}")
-    rows, more = _rows(options, phase, base, seen)
-    return AttachResult(rows, [*more, *notes])
+    return notes
 
 
 async def _check(kube: Kube, names: Sequence[str]) -> str:

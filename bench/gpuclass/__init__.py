@@ -16,15 +16,16 @@ from __future__ import annotations
 
 import argparse
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Protocol
 
 from bench.gpuclass import coldstart, dra, live, pure
 from harness.gpuclass_world import WorldSpec
 from harness.report import Row, progress, report
 
 
-def main(argv: Sequence[str] | None = None) -> int:
+def parse(argv: Sequence[str] | None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="python -m bench gpuclass", description=__doc__)
     parser.add_argument("--scenario", choices=("all", "pure", "dra", "live", "coldstart"), default="all")
     parser.add_argument("--pass-runs", type=int, default=50, help="passes timed (median)")
@@ -58,32 +59,37 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument(
         "--cold-profile", type=Path, default=None, help="coldstart: one more start under cProfile, saved here"
     )
-    args = parser.parse_args(argv)
+    return parser.parse_args(argv)
 
+
+class Result(Protocol):
+    @property
+    def rows(self) -> list[Row]: ...
+
+    @property
+    def notes(self) -> list[str]: ...
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    args = parse(argv)
     started = time.perf_counter()
     say = progress(started)
-    rows: list[Row] = []
-    notes: list[str] = []
-    if args.scenario in ("all", "pure"):
-        options = pure.PureOptions(
-            world=WorldSpec(),
-            pass_runs=args.pass_runs,
-            naive_runs=args.naive_runs,
-            event_pods=args.event_pods,
-            kubevirt_variant=not args.no_kubevirt_variant,
-        )
-        result = pure.run(options, say)
-        rows += result.rows
-        notes += result.notes
-    if args.scenario in ("all", "dra"):
-        dra_result = dra.run(
+    scenarios: dict[str, Callable[[], Result]] = {
+        "pure": lambda: pure.run(
+            pure.PureOptions(
+                world=WorldSpec(),
+                pass_runs=args.pass_runs,
+                naive_runs=args.naive_runs,
+                event_pods=args.event_pods,
+                kubevirt_variant=not args.no_kubevirt_variant,
+            ),
+            say,
+        ),
+        "dra": lambda: dra.run(
             dra.DraOptions(world=WorldSpec(), pass_runs=args.pass_runs, event_objects=args.event_pods // 2),
             say,
-        )
-        rows += dra_result.rows
-        notes += dra_result.notes
-    if args.scenario in ("all", "live"):
-        live_result = live.run(
+        ),
+        "live": lambda: live.run(
             live.LiveOptions(
                 pods=args.pods,
                 churn_rounds=args.churn_rounds,
@@ -91,11 +97,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                 quiet_seconds=args.quiet_seconds,
             ),
             say,
-        )
-        rows += live_result.rows
-        notes += live_result.notes
-    if args.scenario in ("all", "coldstart"):
-        cold_result = coldstart.run(
+        ),
+        "coldstart": lambda: coldstart.run(
             coldstart.ColdOptions(
                 nodes=args.cold_nodes,
                 pods=args.cold_pods,
@@ -105,7 +108,13 @@ def main(argv: Sequence[str] | None = None) -> int:
                 profile=args.cold_profile,
             ),
             say,
-        )
-        rows += cold_result.rows
-        notes += cold_result.notes
+        ),
+    }
+    rows: list[Row] = []
+    notes: list[str] = []
+    for name, scenario in scenarios.items():  # in this order: each world is gone before the next
+        if args.scenario in ("all", name):
+            result = scenario()
+            rows += result.rows
+            notes += result.notes
     return report("GPUClass benchmark", rows, notes, started)
