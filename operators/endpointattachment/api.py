@@ -26,15 +26,15 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 # Tenant-written: attaches one address to one tenant-facing Service of an application. Ours to serve.
 ATTACHMENT_KIND: Final = "EndpointAttachment"
-ATTACHMENTS: Final = Resource(API_VERSION, "endpointattachments")
+ATTACHMENTS: Final = Resource(API_VERSION, "endpointattachments", kind=ATTACHMENT_KIND)
 # The substrate's (its core controller's CRDs; never shipped here): a namespaced request for
 # addresses, a tenant's reserved one or one we mint...
 CLAIM_KIND: Final = "IPAddressClaim"
-CLAIMS: Final = Resource(API_VERSION, "ipaddressclaims")
+CLAIMS: Final = Resource(API_VERSION, "ipaddressclaims", kind=CLAIM_KIND)
 # ...the hoster's class of addresses (read for its loadBalancerClass)...
-CLASSES: Final = Resource(API_VERSION, "ipaddressclasses", namespaced=False)
+CLASSES: Final = Resource(API_VERSION, "ipaddressclasses", namespaced=False, kind="IPAddressClass")
 # ...and one object per IP, whose status.associatedTo names the Service it is announced for.
-ADDRESSES: Final = Resource(API_VERSION, "ipaddresses", namespaced=False)
+ADDRESSES: Final = Resource(API_VERSION, "ipaddresses", namespaced=False, kind="IPAddress")
 # A Service references its claim through this annotation; the substrate's driver then pins the
 # claim's addresses on it with the load balancer's own annotation.
 CLAIM_ANNOTATION: Final = "local.sdn.cozystack.io/ip-address-claim"

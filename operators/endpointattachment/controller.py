@@ -57,7 +57,6 @@ from prometheus_client import CollectorRegistry
 
 from operators.endpointattachment.api import (
     ADDRESSES,
-    ATTACHMENT_KIND,
     ATTACHMENTS,
     CLAIM_ANNOTATION,
     CLAIMS,
@@ -354,7 +353,6 @@ def attachments_of_helmrelease(world: World, release: Obj) -> frozenset[Key]:
 ATTACHMENT_CONTROLLER: Final = Wiring(
     name="endpointattachment",
     primary=ATTACHMENTS,
-    primary_kind=ATTACHMENT_KIND,
     # The rendered Service and the minted claim: their controller reference names the attachment.
     owns=(Owns(SERVICES, (service_reading_changed,)), Owns(CLAIMS, (claim_reading_changed,))),
     watches=(

@@ -19,15 +19,18 @@ VERSION: Final = "v1alpha1"
 API_VERSION: Final = f"{GROUP}/{VERSION}"
 GPUCLASS_KIND: Final = "GPUClass"
 # Cluster-scoped: a class is the hoster's, and every authenticated user reads it.
-GPUCLASSES: Final = Resource(API_VERSION, "gpuclasses", namespaced=False)
+GPUCLASSES: Final = Resource(API_VERSION, "gpuclasses", namespaced=False, kind=GPUCLASS_KIND)
 
 # Dynamic Resource Allocation (GA in Kubernetes 1.34): a GPUClass may name a DeviceClass; its units
 # are the devices of ResourceSlices that the DeviceClass selects, less those ResourceClaims hold.
 DRA_API_VERSION: Final = "resource.k8s.io/v1"
-DEVICE_CLASSES: Final = Resource(DRA_API_VERSION, "deviceclasses", namespaced=False)
-RESOURCE_SLICES: Final = Resource(DRA_API_VERSION, "resourceslices", namespaced=False)
-RESOURCE_CLAIMS: Final = Resource(DRA_API_VERSION, "resourceclaims")
+DEVICE_CLASSES: Final = Resource(DRA_API_VERSION, "deviceclasses", namespaced=False, kind="DeviceClass")
+RESOURCE_SLICES: Final = Resource(DRA_API_VERSION, "resourceslices", namespaced=False, kind="ResourceSlice")
+RESOURCE_CLAIMS: Final = Resource(DRA_API_VERSION, "resourceclaims", kind="ResourceClaim")
 # KubeVirt's cluster instance types: a whole-VM shape may name one (read on a pass, never watched).
 CLUSTER_INSTANCETYPES: Final = Resource(
-    "instancetype.kubevirt.io/v1beta1", "virtualmachineclusterinstancetypes", namespaced=False
+    "instancetype.kubevirt.io/v1beta1",
+    "virtualmachineclusterinstancetypes",
+    namespaced=False,
+    kind="VirtualMachineClusterInstancetype",
 )

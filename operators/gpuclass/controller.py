@@ -111,7 +111,6 @@ def wiring(settings: Settings, inventory: Inventory, dra: DraInventory | None = 
     return Wiring(
         name=CONTROLLER_NAME,
         primary=GPUCLASSES,
-        primary_kind="GPUClass",
         key=all_classes_key,
         predicates=(generation_changed,),  # created, deleted, spec changed; never a status write
         watches=(

@@ -29,7 +29,7 @@ Decides, as controller-runtime's builder and controller do:
 * ``resync`` re-queues every primary key periodically (GPUClass's KubeVirt recheck).
 
 Does not: start caches or decide leadership (the manager does both before ``run``), or know
-anything about a kind beyond its ``Resource`` and the owner-reference kind of the primary.
+anything about a kind beyond its ``Resource`` (whose ``kind`` owner references name).
 """
 
 from __future__ import annotations
@@ -253,7 +253,6 @@ class Wiring:
 
     name: str
     primary: Resource
-    primary_kind: str  # the ``kind`` in owner references to the primary (for ``owns``)
     key: KeyFunc = key_of  # a primary change wakes this key (GPUClass: one key for every class)
     predicates: tuple[Predicate, ...] = ()  # for primary changes
     owns: tuple[Resource | Owns, ...] = ()
@@ -296,12 +295,15 @@ def wrote(resource: Resource, obj: Mapping[str, Any]) -> None:
         written.add((resource, key_of(obj), version))
 
 
-def owner_key(primary_kind: str, primary_namespaced: bool, obj: Obj | None) -> Key | None:
-    """The primary an owned object's controller reference names (same namespace), if of that kind."""
+def owner_key(primary: Resource, obj: Obj | None) -> Key | None:
+    """The primary an owned object's controller reference names (same namespace), if of its kind
+    and group (at any version)."""
     owner = sole_controller(obj or {})
-    if not owner or owner.get("kind") != primary_kind:
+    if not owner or owner.get("kind") != primary.kind:
         return None
-    namespace = str(_metadata(obj).get("namespace") or "") if primary_namespaced else ""
+    if str(owner.get("apiVersion") or "").rpartition("/")[0] != primary.group:
+        return None
+    namespace = str(_metadata(obj).get("namespace") or "") if primary.namespaced else ""
     return namespace, str(owner.get("name") or "")
 
 
@@ -323,7 +325,7 @@ class Controller:
         self.forget = tuple(forget)  # per-key memories (``Memory.forget``): dropped with the primary
         self.model = wiring.model(caches) if wiring.model is not None else caches  # for map functions
         self.metrics, self.tracing = metrics, tracing
-        self.span_kind = span_kind or wiring.primary_kind
+        self.span_kind = span_kind or wiring.primary.kind
         self.queue: WorkQueue[Key] = WorkQueue(
             wiring.name,
             metrics=queue_metrics,
@@ -370,7 +372,7 @@ class Controller:
                 if all(p(old, new) for p in _owned.predicates):
                     primaries = self.caches.store(wiring.primary)
                     for version in (old, new):
-                        key = owner_key(wiring.primary_kind, wiring.primary.namespaced, version)
+                        key = owner_key(wiring.primary, version)
                         if key is not None and primaries.get(key) is not None:
                             self.enqueue(key, _owned.resource, new)
 

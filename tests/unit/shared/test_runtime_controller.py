@@ -44,7 +44,7 @@ from shared.runtime.controller import (
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.telemetry.tracing import Tracing
 
-WIDGETS = Resource("example.io/v1", "widgets")
+WIDGETS = Resource("example.io/v1", "widgets", kind="Widget")
 GADGETS = Resource("v1", "gadgets")
 PARTS = Resource("v1", "parts")
 GEARS = Resource("v1", "gears")
@@ -85,6 +85,18 @@ def test_predicates(predicate: Any, old: Obj | None, new: Obj | None, wakes: boo
         (owned_by("svc"), True, ("ns", "w1")),
         (owned_by("svc"), False, ("", "w1")),
         (owned_by("svc", kind="Other"), True, None),
+        (  # the same kind in another API group is another kind
+            {
+                "metadata": {
+                    **owned_by("svc")["metadata"],
+                    "ownerReferences": [
+                        {**owned_by("svc")["metadata"]["ownerReferences"][0], "apiVersion": "other.io/v1"}
+                    ],
+                }
+            },
+            True,
+            None,
+        ),
         (owned_by("svc", controller=False), True, None),
         (obj("svc"), True, None),
         (None, True, None),
@@ -93,7 +105,8 @@ def test_predicates(predicate: Any, old: Obj | None, new: Obj | None, wakes: boo
 def test_owner_key_names_the_controlling_primary(
     owned: Obj | None, namespaced: bool, key: Key | None
 ) -> None:
-    assert owner_key("Widget", namespaced, owned) == key
+    primary = WIDGETS if namespaced else dataclasses.replace(WIDGETS, namespaced=False)
+    assert owner_key(primary, owned) == key
 
 
 def parts_of_gadget(caches: Caches, gadget: Obj) -> Iterable[Key]:
@@ -106,7 +119,6 @@ def parts_of_gadget(caches: Caches, gadget: Obj) -> Iterable[Key]:
 WIRING = Wiring(
     name="widgets",
     primary=WIDGETS,
-    primary_kind="Widget",
     predicates=(generation_changed,),
     owns=(PARTS, Owns(GEARS, (labels_changed,))),
     watches=(Watch(GADGETS, map=parts_of_gadget, predicates=(labels_changed,)),),
