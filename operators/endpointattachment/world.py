@@ -52,7 +52,7 @@ from operators.endpointattachment.render import RenderSettings, publish_ports
 from shared.lineage import application_of
 from shared.ownership import sole_controller
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES, Resource
-from shared.runtime.cache import Indexer, Key, Obj, Store, View, key_of
+from shared.runtime.cache import Indexer, Key, Obj, Store, View, key_of, strip_managed_fields
 from shared.runtime.controller import Cache, Caches, StaticCaches
 from shared.runtime.served import CRDS, crd_name, established, slim_crd
 
@@ -232,15 +232,6 @@ INDEXERS: Final[Mapping[Resource, Mapping[str, Indexer]]] = {
 }
 
 
-def slim(obj: Obj) -> Obj:
-    """What a cache keeps of an object: everything but ``managedFields``, which no pass reads and
-    which is often the largest part of a Service or an EndpointSlice (Pods: ``slim_pod``)."""
-    metadata = obj.get("metadata")
-    if isinstance(metadata, dict) and "managedFields" in metadata:
-        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
-    return obj
-
-
 def slim_pod(pod: Obj) -> Obj:
     """A Pod reduced to what exclusivity reads (which Services select it), whatever else it carries."""
     metadata = pod.get("metadata") or {}
@@ -264,7 +255,7 @@ CACHES: Final = (
         Cache(
             resource,
             indexers=INDEXERS.get(resource, {}),
-            transform=slim_pod if resource == PODS else slim,
+            transform=slim_pod if resource == PODS else strip_managed_fields,
             view=VIEWS.get(resource),
             field_selector=POD_FIELD_SELECTOR if resource == PODS else "",
             optional=resource in SUBSTRATE,

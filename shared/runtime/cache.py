@@ -114,6 +114,7 @@ __all__ = [
     "View",
     "backoff_delay",
     "key_of",
+    "strip_managed_fields",
 ]
 
 log = logging.getLogger(__name__)
@@ -153,6 +154,15 @@ _NO_INDEX_VALUES: Final[frozenset[Hashable]] = frozenset()
 def key_of(obj: Mapping[str, Any]) -> Key:
     metadata = obj["metadata"]
     return metadata.get("namespace") or "", metadata["name"]
+
+
+def strip_managed_fields(obj: Obj) -> Obj:
+    """What a cache keeps of an object by default: everything but ``managedFields``, which no
+    reconcile reads and which is often the largest part of an object (a Service, a slice)."""
+    metadata = obj.get("metadata")
+    if isinstance(metadata, dict) and "managedFields" in metadata:
+        obj = {**obj, "metadata": {k: v for k, v in metadata.items() if k != "managedFields"}}
+    return obj
 
 
 def backoff_delay(failures: int, draw: Callable[[], float] = random.random) -> float:

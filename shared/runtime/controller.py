@@ -46,7 +46,7 @@ from typing import Any, Final, Generic, Protocol, TypeVar
 from shared.kube import NO_ANSWER, ApiError
 from shared.ownership import sole_controller
 from shared.resources import Resource
-from shared.runtime.cache import Fold, Indexer, Key, Obj, Store, View, key_of
+from shared.runtime.cache import Fold, Indexer, Key, Obj, Store, View, key_of, strip_managed_fields
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.queue import QueueShutDown, RateLimiter, WorkQueue
 from shared.telemetry.tracing import OUTCOME_ERROR, Tracing, trace_id_hex
@@ -200,17 +200,17 @@ def spec_or_metadata_changed(old: Obj | None, new: Obj | None) -> bool:
 @dataclass(frozen=True)
 class Cache:
     """How one kind is cached: a ``Store`` with named indexes or, with ``fold``, an aggregate that
-    keeps nothing of the objects; ``transform`` slims each object on arrival and ``view`` types it once
-    per version, kept beside it; selectors narrow the
+    keeps nothing of the objects; ``transform`` slims each object on arrival (by default, of its
+    ``managedFields``) and ``view`` types it once per version, kept beside it; selectors narrow the
     LIST and WATCH; ``optional``: a kind of another component, whose CRD may come later (``served``),
     or with ``built_in`` a Kubernetes API group the API server may not serve (listed again every few
     minutes while it is not). A wiring declares the caches of the kinds it touches; a kind it does
-    not declare is cached whole, in a plain store."""
+    not declare is cached in a plain store, without its ``managedFields``."""
 
     resource: Resource
     indexers: Mapping[str, Indexer] = field(default_factory=dict, hash=False)
     fold: Fold | None = field(default=None, hash=False)
-    transform: Callable[[Obj], Obj] | None = field(default=None, hash=False)
+    transform: Callable[[Obj], Obj] | None = field(default=strip_managed_fields, hash=False)
     view: View | None = field(default=None, hash=False)  # kept per stored version (``Store.view_of``)
     label_selector: str = ""
     field_selector: str = ""

@@ -35,7 +35,7 @@ from prometheus_client import CollectorRegistry
 
 from shared.kube import Kube
 from shared.resources import Resource
-from shared.runtime.cache import Informer, Key, Store
+from shared.runtime.cache import Informer, Key, Store, strip_managed_fields
 from shared.runtime.controller import Cache, Controller, Reconciler, Wiring, Write
 from shared.runtime.leader import LeaderElector
 from shared.runtime.metrics import ControllerMetrics, LeaderMetrics, QueueMetrics
@@ -145,7 +145,10 @@ class Manager:
             spec.resource,
             store=None if spec.fold is not None else Store(spec.indexers, spec.view),
             fold=spec.fold,
-            transform=spec.transform,
+            # A fold keeps nothing of an object: the default slimming would only copy it for naught.
+            transform=None
+            if spec.fold is not None and spec.transform is strip_managed_fields
+            else spec.transform,
             label_selector=spec.label_selector,
             field_selector=spec.field_selector,
             page_size=spec.page_size,

@@ -26,10 +26,10 @@ from operators.endpointattachment.world import (
     RESOURCES,
     SUBSTRATE,
     World,
-    slim,
     slim_pod,
 )
 from shared.runtime.cache import Obj
+from shared.runtime.cache import strip_managed_fields as slim  # the runtime's default transform
 from shared.runtime.served import CRDS
 from tests.ea_builders import (
     CLAIM,
