@@ -48,7 +48,8 @@ lint: venv
 	$(VENV)/bin/mypy
 	$(VENV)/bin/lint-imports
 
-unit: venv
+# The chart check (tests/unit/test_charts_current.py) renders config/ with the control plane's kubectl.
+unit: venv controlplane
 	$(PY) -m pytest tests/unit $(PYTEST_ARGS)
 
 integration: venv controlplane tools

@@ -16,6 +16,7 @@ from hack.docgen.conditions import CONDITIONS_PAGE, render_conditions_section
 from hack.docgen.constants import code_constants, undocumented
 from hack.docgen.rbac import OPERATIONS_PAGE, RBAC_BEGIN, RBAC_END, load_rbac, render_rbac_section
 from hack.docgen.reference import REFERENCE_DIR, load_crds, render_reference_index, render_reference_page
+from hack.regenerate import check_or_write
 
 
 def render(root: Path = ROOT) -> dict[Path, str]:
@@ -80,11 +81,4 @@ def main(argv: Sequence[str] | None = None) -> int:
             "it through its module's GUIDE (shared.reasons)",
             file=sys.stderr,
         )
-    if args.check:
-        outdated = stale()
-        for path in outdated:
-            print(f"stale: {path} (run: python -m hack.docgen)", file=sys.stderr)
-        return 1 if outdated else 0
-    for path in write():
-        print(f"wrote {path}")
-    return 0
+    return check_or_write(args.check, stale, write, "python -m hack.docgen")

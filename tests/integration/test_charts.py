@@ -1,4 +1,4 @@
-"""The Helm charts (charts/<operator>, generated from config/ by hack/charts.py) with the real Helm and
+"""The Helm charts (charts/<operator>, generated from config/ by hack/charts) with the real Helm and
 the local control plane: ``helm lint``; ``helm template`` with the default values renders exactly the
 objects of config/ (``kubectl kustomize``) and each value changes only its own fields; values that
 would break the operator are refused; a server-side dry run accepts everything the chart renders

@@ -1,8 +1,9 @@
-"""The Helm charts are what hack/charts.py generates from config/ now, and the generator's rules hold:
+"""The Helm charts are what hack/charts generates from config/ now, and the generator's rules hold:
 a chart file edited by hand, or a config/ change without ``python -m hack.charts``, fails here.
 
 What the charts render is checked with the real Helm in tests/integration/test_charts.py; this test
-needs no tool and no server.
+needs no server, only the local control plane's kubectl (``kubectl kustomize``, as the generator
+reads config/; ``make unit`` builds it).
 """
 
 from __future__ import annotations
