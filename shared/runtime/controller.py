@@ -110,10 +110,12 @@ class Memory(Generic[T]):
 
 async def decide(reconciler: Reconciler, key: Key, on_again: Callable[[], None] = lambda: None) -> Result:
     """The decisions of one pass: ``reconcile`` again while it asks ``again``, at most
-    ``MAX_DECISIONS_PER_PASS`` times (``on_again`` counts each); the last answer otherwise."""
+    ``MAX_DECISIONS_PER_PASS`` times (``on_again`` counts each); the answers of each decision's
+    writes enter the caches before the next decision and before the pass ends."""
     outcome = Result()
     for _ in range(MAX_DECISIONS_PER_PASS):
         outcome = await reconciler.reconcile(key) or Result()
+        await asyncio.sleep(0)  # the answers of its writes enter the caches (``Writer.remember``)
         if not outcome.again:
             return outcome
         on_again()

@@ -11,9 +11,11 @@ Decides:
   release);
 * creates and merge patches carry the current pass's traceparent annotation (so the next pass over
   the object links to the pass that wrote it); status writes never do;
-* **write-through**: the answer of each write is handed to the kind's informer (``remember``), so a
-  pass right after a write sees it, the write's own watch event is recognised as an echo, and the
-  pass that wrote is not woken again by it;
+* **write-through**: the answer of each write is handed to the kind's informer (``remember``) just
+  after the write returns (scheduled on the loop, in the pass's context: no indexer, handler or map
+  function runs inside a write), so the pass's next decision sees it (the runtime yields once
+  before deciding again), the write's own watch event is recognised as an echo, and the pass that
+  wrote is not woken again by it;
 * a write is refused locally (``NotLeader``) unless the gate says this replica leads: a leader that
   could not renew its lease stops writing at once, before the lease can pass to another replica;
 * what the ``OwnerReferencesPermissionEnforcement`` admission plugin (hardened clusters) asks beyond
@@ -26,6 +28,8 @@ a UID precondition.
 
 from __future__ import annotations
 
+import asyncio
+import contextvars
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -40,6 +44,17 @@ from shared.telemetry.tracing import stamp
 def _path(resource: Resource, obj: Mapping[str, Any]) -> str:
     namespace, name = key_of(obj)
     return resource.path(namespace or None, name)
+
+
+def _after_the_write(deliver: Callable[[Any], None], what: Any) -> None:
+    """Hand an answer to its informer once the write has returned (next on the loop, in the current
+    context, so the pass's own key is still not woken by it); outside a loop (a tool), at once."""
+    try:
+        loop = asyncio.get_running_loop()
+    except RuntimeError:
+        deliver(what)
+        return
+    loop.call_soon(deliver, what, context=contextvars.copy_context())
 
 
 def uid_guard(obj: Mapping[str, Any]) -> dict[str, Any]:
@@ -71,9 +86,9 @@ class Writer:
         if obj and informer is not None:
             metadata = obj.get("metadata") or {}
             if metadata.get("deletionTimestamp") and not metadata.get("finalizers"):
-                informer.forget(key_of(obj))
+                _after_the_write(informer.forget, key_of(obj))
             else:
-                informer.remember(obj)
+                _after_the_write(informer.remember, obj)
         return obj
 
     async def create(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
@@ -106,7 +121,7 @@ class Writer:
             raise
         informer = self.informer_of(resource) if forget else None
         if informer is not None:
-            informer.forget(key_of(obj))
+            _after_the_write(informer.forget, key_of(obj))
         return deleted
 
     async def patch_status(self, resource: Resource, obj: Mapping[str, Any], ops: JsonPatch) -> Obj | None:
