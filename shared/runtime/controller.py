@@ -49,7 +49,7 @@ from shared.resources import Resource
 from shared.runtime.cache import Fold, Indexer, Key, Obj, Store, View, key_of, strip_managed_fields
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.queue import QueueShutDown, RateLimiter, WorkQueue
-from shared.telemetry.tracing import OUTCOME_ERROR, Tracing, trace_id_hex
+from shared.telemetry.tracing import OUTCOME_ERROR, PassSpan, Tracing, trace_id_hex
 
 log = logging.getLogger(__name__)
 T = TypeVar("T")
@@ -469,46 +469,7 @@ class Controller:
             ):
                 report.span.set_attribute("controller", name)
                 trace_id = trace_id_hex(report.span)
-                try:
-                    outcome = await decide(self.reconciler, key, lambda: self.metrics.decided_again(name))
-                except TerminalError as error:
-                    report.outcome = OUTCOME_ERROR
-                    self.metrics.terminal_error(name)
-                    self.queue.forget(key)
-                    log.warning("%s %s/%s: terminal error, not retried: %s", name, *key, error)
-                    return RESULT_ERROR
-                except NotLeader:
-                    log.info("%s %s/%s: not the leader any more; the pass stops", name, *key)
-                    return RESULT_ERROR
-                except Conflict as error:
-                    self.queue.add_rate_limited(key)
-                    log.info("%s %s/%s: stale read (%s); again shortly", name, *key, error)
-                    result = RESULT_REQUEUE
-                    return result
-                except (ApiError, *NO_ANSWER) as error:  # refused, or no answer in time: transient
-                    report.outcome = OUTCOME_ERROR
-                    delay = self.queue.add_rate_limited(key)
-                    log.warning(
-                        "%s %s/%s: %s: %s; retrying in %.2fs", name, *key, type(error).__name__, error, delay
-                    )
-                    return RESULT_ERROR
-                except Exception:
-                    report.outcome = OUTCOME_ERROR
-                    delay = self.queue.add_rate_limited(key)
-                    log.exception("%s %s/%s failed; retrying in %.2fs", name, *key, delay)
-                    return RESULT_ERROR
-                if not report.reasons:  # what the pass left the object saying
-                    report.reasons = condition_reasons(self.caches.store(self.wiring.primary).get(key))
-                if outcome.requeue_after is not None:
-                    self.queue.forget(key)
-                    self.queue.add_after(key, outcome.requeue_after)
-                    result = RESULT_REQUEUE_AFTER
-                elif outcome.again:  # still unsettled after every decision the pass may make
-                    self.queue.add_rate_limited(key)
-                    result = RESULT_REQUEUE
-                else:
-                    self.queue.forget(key)
-                    result = RESULT_SUCCESS
+                result = await self._pass(key, report)
                 return result
         finally:
             _RECONCILING.reset(token)
@@ -521,6 +482,46 @@ class Controller:
                 # would stay remembered until the bound clears them all).
                 self.tracing.forget(link_key)
             self.metrics.observe(name, result, time.monotonic() - started, trace_id)
+
+    async def _pass(self, key: Key, report: PassSpan) -> str:
+        """The pass's decisions, and what its answer (or its error) asks of the queue."""
+        name = self.wiring.name
+        try:
+            outcome = await decide(self.reconciler, key, lambda: self.metrics.decided_again(name))
+        except TerminalError as error:
+            report.outcome = OUTCOME_ERROR
+            self.metrics.terminal_error(name)
+            self.queue.forget(key)
+            log.warning("%s %s/%s: terminal error, not retried: %s", name, *key, error)
+            return RESULT_ERROR
+        except NotLeader:
+            log.info("%s %s/%s: not the leader any more; the pass stops", name, *key)
+            return RESULT_ERROR
+        except Conflict as error:
+            self.queue.add_rate_limited(key)
+            log.info("%s %s/%s: stale read (%s); again shortly", name, *key, error)
+            return RESULT_REQUEUE
+        except (ApiError, *NO_ANSWER) as error:  # refused, or no answer in time: transient
+            report.outcome = OUTCOME_ERROR
+            delay = self.queue.add_rate_limited(key)
+            log.warning("%s %s/%s: %s: %s; retrying in %.2fs", name, *key, type(error).__name__, error, delay)
+            return RESULT_ERROR
+        except Exception:
+            report.outcome = OUTCOME_ERROR
+            delay = self.queue.add_rate_limited(key)
+            log.exception("%s %s/%s failed; retrying in %.2fs", name, *key, delay)
+            return RESULT_ERROR
+        if not report.reasons:  # what the pass left the object saying
+            report.reasons = condition_reasons(self.caches.store(self.wiring.primary).get(key))
+        if outcome.requeue_after is not None:
+            self.queue.forget(key)
+            self.queue.add_after(key, outcome.requeue_after)
+            return RESULT_REQUEUE_AFTER
+        if outcome.again:  # still unsettled after every decision the pass may make
+            self.queue.add_rate_limited(key)
+            return RESULT_REQUEUE
+        self.queue.forget(key)
+        return RESULT_SUCCESS
 
 
 @contextmanager
