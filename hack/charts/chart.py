@@ -34,7 +34,7 @@ class Chart:
     templates: dict[str, Placed] = field(default_factory=dict)
     dashboards: list[Rendered] = field(default_factory=list)
     # config/'s settings, learnt while templating (the values' defaults)
-    image: tuple[str, str] = ("", "")
+    image: tuple[str, str, str] = ("", "", "")  # repository, tag, digest
     replicas: int = 0
     env_prefix: str = ""
     leader_election_id: str = ""

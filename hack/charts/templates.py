@@ -120,8 +120,7 @@ def edit_deployment(chart: Chart, doc: Obj) -> str:
 
 def _image_holes(chart: Chart, container: Obj) -> None:
     """The image from values, and the pull policy right after it when set."""
-    repository, _, tag = container["image"].rpartition(":")
-    chart.image = (repository, tag)
+    chart.image = split_image(container["image"])
     container["image"] = Hole("scalar", f'include "{chart.name}.image" . | quote')
     reordered: dict[Any, Any] = {}
     for key, value in container.items():
@@ -130,6 +129,18 @@ def _image_holes(chart: Chart, container: Obj) -> None:
             reordered[Hole("optional_scalar", ".Values.image.pullPolicy", "imagePullPolicy")] = None
     container.clear()
     container.update(reordered)
+
+
+def split_image(image: str) -> tuple[str, str, str]:
+    """An image reference's repository, tag and digest ("" when it has none), as the values take
+    them: the image helper writes ``repository@digest`` when there is a digest, else
+    ``repository:tag``."""
+    name, _, digest = image.partition("@")
+    repository, colon, tag = name.rpartition(":")
+    if not colon or "/" in tag:  # no tag; a colon before the last "/" is a registry's port
+        repository, tag = name, ""
+    assert not (tag and digest), f"{image}: the chart would write {repository}@{digest}, without the tag"
+    return repository, tag, digest
 
 
 def _env_holes(chart: Chart, env: list[Any]) -> None:

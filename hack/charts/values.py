@@ -37,7 +37,7 @@ def _deployment_values(chart: Chart) -> list[Value]:
     return [
         Value("image.repository", image[0], {"type": "string", "minLength": 1}, "The operators' image."),
         Value("image.tag", image[1], {"type": "string"}, "Its tag (ignored when a digest is set)."),
-        Value("image.digest", "", {"type": "string"}, "A digest (sha256:...), preferred to the tag."),
+        Value("image.digest", image[2], {"type": "string"}, "A digest (sha256:...), preferred to the tag."),
         Value(
             "image.pullPolicy",
             "",
