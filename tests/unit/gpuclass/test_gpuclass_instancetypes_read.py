@@ -6,11 +6,13 @@ from typing import Any, cast
 
 import pytest
 
+from harness.memapi import MemApi
+from operators.gpuclass.api import CLUSTER_INSTANCETYPES
 from operators.gpuclass.controller import Reconciler
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.settings import Settings
 from shared.kube import ApiError, ApiTimeoutError, Obj
-from shared.runtime.reads import Reads
+from shared.runtime.reads import LIST, Reads
 from tests.gpuclass_builders import H200, make_class
 
 NAMED = make_class("h200", H200, vm_shapes=[{"name": "g2", "instancetype": "g2.large"}])
@@ -18,32 +20,20 @@ UNNAMED = make_class("h200", H200, vm_shapes=[{"name": "g2", "units": 2, "cpu": 
 G2: Obj = {"metadata": {"name": "g2.large"}, "spec": {"cpu": {"guest": 8}, "memory": {"guest": "64Gi"}}}
 
 
-class FakeReads:
-    """Answers LISTs in turn: an object list, or raises the error given."""
-
-    def __init__(self, *answers: Obj | BaseException) -> None:
-        self.answers = list(answers)
-        self.lists = 0
-
-    async def list(self, namespace: str | None = None) -> Obj:
-        self.lists += 1
-        answer = self.answers.pop(0)
-        if isinstance(answer, BaseException):
-            raise answer
-        return answer
-
-
-def reconciler(reads: FakeReads) -> Reconciler:
+def reconciler(api: MemApi) -> Reconciler:
     unused = cast(Any, None)
-    return Reconciler(
-        unused, unused, unused, unused, Inventory(), unused, Settings(), instancetypes=cast(Reads, reads)
-    )
+    reads = Reads(api, CLUSTER_INSTANCETYPES, frozenset({LIST}))
+    return Reconciler(unused, unused, unused, unused, Inventory(), unused, Settings(), instancetypes=reads)
+
+
+def lists(api: MemApi) -> int:
+    return sum(1 for r in api.requests if r.verb == "list")
 
 
 async def test_no_shape_naming_one_reads_nothing() -> None:
-    reads = FakeReads()
-    assert await reconciler(reads)._read_instancetypes([UNNAMED]) == {}
-    assert reads.lists == 0
+    api = MemApi()
+    assert await reconciler(api)._read_instancetypes([UNNAMED]) == {}
+    assert lists(api) == 0
 
 
 @pytest.mark.parametrize(
@@ -58,7 +48,10 @@ async def test_no_shape_naming_one_reads_nothing() -> None:
 async def test_not_served_is_none_and_no_answer_keeps_the_last_read(
     failure: BaseException, kept: bool
 ) -> None:
-    reads = FakeReads({"items": [G2]}, failure)
-    glue = reconciler(reads)
-    assert await glue._read_instancetypes([NAMED]) == {"g2.large": G2}
-    assert await glue._read_instancetypes([NAMED]) == ({"g2.large": G2} if kept else {})
+    api = MemApi()
+    g2 = api.seed(CLUSTER_INSTANCETYPES, G2)  # as the API holds it: with its uid and version
+    glue = reconciler(api)
+    assert await glue._read_instancetypes([NAMED]) == {"g2.large": g2}
+    api.refuse(failure, verb="list")
+    assert await glue._read_instancetypes([NAMED]) == ({"g2.large": g2} if kept else {})
+    assert lists(api) == 2

@@ -4,14 +4,15 @@ one's series, a bounded budget of writes per object, and a failed post never rai
 from __future__ import annotations
 
 import asyncio
-from datetime import UTC, datetime
-from typing import Any, cast
+from datetime import UTC, datetime, timedelta
+from typing import Any
 
 import pytest
 
+from harness.memapi import MemApi
 from shared.events import Recorder, event_v1_body, micro_time
 from shared.kube import ApiError
-from shared.resources import EVENTS_V1, Resource
+from shared.resources import EVENTS_V1
 from shared.runtime.writes import Writer
 
 NOW = datetime(2026, 12, 5, 10, 0, 0, 123456, tzinfo=UTC)
@@ -22,44 +23,34 @@ ATTACHMENT: dict[str, Any] = {
 }
 
 
-class FakeWriter:
-    """Answers creates with a named Event and patches with the patched object; records both."""
+EVENTS_PATH = EVENTS_V1.path("tenant-a")
 
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, Resource, Any]] = []
-        self.fail_create: Exception | None = None
-        self.fail_patch: Exception | None = None
-        self.named = 0
 
-    async def create(self, resource: Resource, body: dict[str, Any]) -> dict[str, Any]:
-        self.calls.append(("create", resource, body))
-        if self.fail_create is not None:
-            raise self.fail_create
-        self.named += 1
-        return {**body, "metadata": {**body["metadata"], "name": f"db-public.{self.named}"}}
+def writes(api: MemApi) -> list[tuple[str, str, Any]]:
+    """The writes the recorder sent: (verb, path, body)."""
+    return [(r.verb, r.path, r.body) for r in api.requests if r.verb in ("create", "patch")]
 
-    async def patch(self, resource: Resource, obj: dict[str, Any], patch: Any, kind: str) -> dict[str, Any]:
-        self.calls.append(("patch", resource, (obj["metadata"]["name"], patch, kind)))
-        if self.fail_patch is not None:
-            raise self.fail_patch
-        return obj
 
-    def kinds(self) -> list[str]:
-        return [call[0] for call in self.calls]
+def kinds(api: MemApi) -> list[str]:
+    return [verb for verb, _, _ in writes(api)]
 
 
 class Clock:
+    """The recorder's monotonic clock; the wall clock moves with it from NOW."""
+
     def __init__(self) -> None:
         self.now = 1000.0
 
     def __call__(self) -> float:
         return self.now
 
+    def wall(self) -> datetime:
+        return NOW + timedelta(seconds=self.now - 1000.0)
 
-def recorder(writer: FakeWriter, clock: Clock, **kwargs: Any) -> Recorder:
-    return Recorder(
-        cast(Writer, writer), "cozystack.io/test", "pod-0", clock=clock, wall_clock=lambda: NOW, **kwargs
-    )
+
+def recorder(api: MemApi, clock: Clock, **kwargs: Any) -> Recorder:
+    writer = Writer(api, lambda _: None)  # Events are not cached
+    return Recorder(writer, "cozystack.io/test", "pod-0", clock=clock, wall_clock=clock.wall, **kwargs)
 
 
 def record(rec: Recorder, reason: str = "Rendered", note: str = "rendered Service db-public-x7ktq") -> str:
@@ -95,29 +86,32 @@ def test_the_event_is_events_k8s_io_v1_about_the_object_in_its_namespace() -> No
 
 
 def test_a_first_occurrence_creates_an_event() -> None:
-    writer, clock = FakeWriter(), Clock()
-    assert record(recorder(writer, clock)) == "created"
-    [(verb, resource, body)] = writer.calls
-    assert (verb, resource) == ("create", EVENTS_V1)
+    api, clock = MemApi(), Clock()
+    assert record(recorder(api, clock)) == "created"
+    [(verb, path, body)] = writes(api)
+    assert (verb, path) == ("create", EVENTS_PATH)
     assert body["reason"] == "Rendered"
     assert body["note"] == "rendered Service db-public-x7ktq"
 
 
 def test_a_repeat_within_the_window_patches_the_series_instead_of_a_new_event() -> None:
-    writer, clock = FakeWriter(), Clock()
-    rec = recorder(writer, clock)
+    api, clock = MemApi(), Clock()
+    rec = recorder(api, clock)
     record(rec)
     clock.now += 30
     assert record(rec) == "series"
     clock.now += 30
     assert record(rec) == "series"
-    assert writer.kinds() == ["create", "patch", "patch"]
-    name, patch, kind = writer.calls[-1][2]
-    assert name == "db-public.1"
+    assert kinds(api) == ["create", "patch", "patch"]
+    first, last = api.requests[0], api.requests[-1]
+    name, patch, kind = last.target.name, last.body, last.patch_kind
+    assert name == first.body["metadata"]["name"]
     assert kind == "json"
     assert patch == [
-        {"op": "add", "path": "/series", "value": {"count": 3, "lastObservedTime": micro_time(NOW)}}
+        {"op": "add", "path": "/series", "value": {"count": 3, "lastObservedTime": micro_time(clock.wall())}}
     ]
+    stored = api.stored(EVENTS_V1.path("tenant-a", name)) or {}
+    assert stored["series"]["count"] == 3, "the API's Event carries the series"
 
 
 @pytest.mark.parametrize(
@@ -128,41 +122,43 @@ def test_a_repeat_within_the_window_patches_the_series_instead_of_a_new_event() 
     ],
 )
 def test_a_repeat_after_the_window_or_with_another_note_is_a_new_event(change: Any, why: str) -> None:
-    writer, clock = FakeWriter(), Clock()
-    rec = recorder(writer, clock)
+    api, clock = MemApi(), Clock()
+    rec = recorder(api, clock)
     record(rec)
     if change is not None:
         change(clock)
         assert record(rec) == "created", why
     else:
+        clock.now += 1  # a moment later: the new Event's name is its own
         assert record(rec, note="rendered Service db-public-abcde") == "created", why
-    assert writer.kinds() == ["create", "create"]
+    assert kinds(api) == ["create", "create"]
 
 
 def test_another_reason_is_its_own_event() -> None:
-    writer, clock = FakeWriter(), Clock()
-    rec = recorder(writer, clock)
+    api, clock = MemApi(), Clock()
+    rec = recorder(api, clock)
     record(rec)
+    clock.now += 1
     assert record(rec, reason="Withdrawn", note="withdrew Service db-public-x7ktq") == "created"
     assert record(rec) == "series", "the Rendered series is still the last of its reason"
 
 
 def test_a_flapping_object_spends_a_bounded_budget_and_the_count_lands_later() -> None:
-    writer, clock = FakeWriter(), Clock()
-    rec = recorder(writer, clock, burst=4, refill_seconds=60.0)
+    api, clock = MemApi(), Clock()
+    rec = recorder(api, clock, burst=4, refill_seconds=60.0)
     outcomes = [record(rec) for _ in range(50)]
     assert outcomes[:4] == ["created", "series", "series", "series"]
     assert set(outcomes[4:]) == {"suppressed"}
-    assert len(writer.calls) == 4, "50 occurrences, 4 writes"
+    assert len(writes(api)) == 4, "50 occurrences, 4 writes"
     clock.now += 60  # one token back
     assert record(rec) == "series"
-    assert writer.calls[-1][2][1][0]["value"]["count"] == 51, "the suppressed repeats are counted"
+    assert writes(api)[-1][2][0]["value"]["count"] == 51, "the suppressed repeats are counted"
     assert record(rec) == "suppressed"
 
 
 def test_the_budget_is_per_object_and_forgotten_with_it() -> None:
-    writer, clock = FakeWriter(), Clock()
-    rec = recorder(writer, clock, burst=1)
+    api, clock = MemApi(), Clock()
+    rec = recorder(api, clock, burst=1)
     record(rec)
     assert record(rec, note="other") == "suppressed"
     other = {**ATTACHMENT, "metadata": {**ATTACHMENT["metadata"], "name": "other", "uid": "u-2"}}
@@ -171,19 +167,21 @@ def test_the_budget_is_per_object_and_forgotten_with_it() -> None:
         == "created"
     )
     rec.forget("tenant-a", "db-public")
+    clock.now += 1
     assert record(rec, note="other") == "created", "a recreated attachment starts afresh"
 
 
 def test_an_expired_event_is_created_again() -> None:
-    writer, clock = FakeWriter(), Clock()
-    rec = recorder(writer, clock)
+    api, clock = MemApi(), Clock()
+    rec = recorder(api, clock)
     record(rec)
-    writer.fail_patch = ApiError(404, "NotFound", 'events.events.k8s.io "db-public.1" not found')
+    event = api.requests[0].body["metadata"]["name"]
+    assert api.remove(EVENTS_V1.path("tenant-a", event)) is not None  # its TTL ran out
     assert record(rec) == "created"
-    assert writer.kinds() == ["create", "patch", "create"]
+    assert kinds(api) == ["create", "patch", "create"]
 
 
 def test_a_refused_post_is_logged_not_raised() -> None:
-    writer, clock = FakeWriter(), Clock()
-    writer.fail_create = ApiError(403, "Forbidden", "events.events.k8s.io is forbidden")
-    assert record(recorder(writer, clock)) == "failed"
+    api, clock = MemApi(), Clock()
+    api.refuse(ApiError(403, "Forbidden", "events.events.k8s.io is forbidden"), verb="create")
+    assert record(recorder(api, clock)) == "failed"

@@ -2,26 +2,35 @@
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 import pytest
 
+from harness.memapi import MemApi
 from shared.resources import SERVICES
-from shared.runtime.cache import Key, Obj
+from shared.runtime.cache import Informer, Key, Obj, Store, key_of
 from shared.runtime.controller import Write
 from shared.runtime.writes import Finalizer, Writer
 
 
-class RecordingInformer:
+class Cached:
+    """A real informer of Services over the in-memory API, holding the version before the write,
+    and what its handlers were told: the answers remembered, the keys forgotten."""
+
     def __init__(self) -> None:
+        store = Store()
+        store.upsert(answer(resourceVersion="6"))
+        self.informer = Informer(MemApi(), SERVICES, store=store)
         self.remembered: list[Obj] = []
         self.forgotten: list[Key] = []
+        self.informer.add_handler(self.told)
 
-    def remember(self, obj: Obj) -> None:
-        self.remembered.append(obj)
-
-    def forget(self, key: Key) -> None:
-        self.forgotten.append(key)
+    def told(self, old: Obj | None, new: Obj | None) -> None:
+        if new is not None:
+            self.remembered.append(new)
+        elif old is not None:
+            self.forgotten.append(key_of(old))
 
 
 def answer(**metadata: Any) -> Obj:
@@ -47,19 +56,20 @@ def answer(**metadata: Any) -> Obj:
         ),
     ],
 )
-def test_an_answer_goes_to_the_cache_unless_the_write_removed_the_object(
+async def test_an_answer_goes_to_the_cache_unless_the_write_removed_the_object(
     obj: Obj, remembered: int, forgotten: int
 ) -> None:
-    informer = RecordingInformer()
-    writer = Writer(None, lambda _: informer)  # type: ignore[arg-type, return-value]
+    informer = Cached()
+    writer = Writer(informer.informer.kube, lambda _: informer.informer)
     assert writer.remember(SERVICES, obj) is obj
+    await asyncio.sleep(0)  # once the write has returned
     assert (len(informer.remembered), len(informer.forgotten)) == (remembered, forgotten)
     if forgotten:
         assert informer.forgotten == [("ns", "a")]
 
 
 def test_an_unwatched_kind_is_left_alone() -> None:
-    writer = Writer(None, lambda _: None)  # type: ignore[arg-type]
+    writer = Writer(MemApi(), lambda _: None)
     assert writer.remember(SERVICES, answer()) == answer()
 
 
