@@ -469,10 +469,12 @@ class MemApi(Kube):
         self._compacted = self._version
 
     def end_watches(self) -> None:
-        """End every open watch (as a restarting API server does); each reads its backlog first."""
+        """End every open watch (as a restarting API server does): each is sent nothing more, and
+        ends once its reader has taken what was sent before."""
         for opened in self._watches:
             opened.ended = True
             opened.ready.set()
+        self._watches.clear()
 
     def open_watches(self, path: str | None = None) -> int:
         return sum(1 for w in self._watches if path is None or parse(path) == w.target)

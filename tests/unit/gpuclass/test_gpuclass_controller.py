@@ -6,18 +6,17 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import copy
-from collections.abc import AsyncIterator, Callable, Iterable
+from collections.abc import Callable, Iterable
 from datetime import datetime, timedelta
 from typing import Any, cast
 
 import aiohttp
-import jsonpatch
 import pytest
 from opentelemetry import trace
 from prometheus_client import CollectorRegistry
 
 from harness.manifests import load
+from harness.memapi import MemApi
 from operators.gpuclass.api import DEVICE_CLASSES, GPUCLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
 from operators.gpuclass.controller import (
     ALL_CLASSES,
@@ -193,50 +192,40 @@ def test_a_pod_missing_from_a_relist_is_released() -> None:
     assert list(fold.keys()) == [key_of(kept)]
 
 
-class RelistingApi:
-    """Serves one LIST per entry of ``lists``; every watch but the last ends in 410 Gone (so the
-    informer lists again), and the last one stays open: ``settled`` is set once it is reached."""
-
-    def __init__(self, *lists: list[Obj]) -> None:
-        self.lists = list(lists)
-        self.settled = asyncio.Event()
-        self.selectors: list[str] = []
-
-    async def list(self, path: str, *, field_selector: str = "", **_: Any) -> Obj:
-        self.selectors.append(field_selector)
-        version = str(len(self.selectors))
-        return {
-            "kind": "PodList",
-            "apiVersion": "v1",
-            "metadata": {"resourceVersion": version},
-            "items": [copy.deepcopy(pod) for pod in self.lists.pop(0)],
-        }
-
-    async def watch(self, path: str, **_: Any) -> AsyncIterator[tuple[str, Obj]]:
-        if self.lists:
-            yield "ERROR", {"kind": "Status", "code": 410, "reason": "Expired", "message": "too old"}
-            return
-        self.settled.set()
-        await asyncio.Event().wait()  # open until the test cancels the informer
-        yield "BOOKMARK", {}
-
-
 async def no_pause(seconds: float) -> None:
     return None
 
 
+async def until(condition: Callable[[], bool]) -> None:
+    """Once ``condition`` holds (the loop turned at most 10,000 times)."""
+    for _ in range(10_000):
+        if condition():
+            return
+        await asyncio.sleep(0)
+    raise AssertionError("never")
+
+
+def listed_selectors(api: MemApi) -> list[str]:
+    return [r.params.get("fieldSelector", "") for r in api.requests if r.verb == "list"]
+
+
 async def test_the_pod_informer_releases_a_pod_missing_from_a_relist() -> None:
     kept, missed = gpu_pod("kept", H200, 1, node="n1"), gpu_pod("missed", H200, 3, node="n1")
-    api = RelistingApi([kept, missed], [kept])  # "missed" was deleted while no watch was open
+    api = MemApi()
+    for pod in (kept, missed):
+        api.seed(PODS, pod)
     inventory = Inventory()
-    informer = Informer(
-        cast(Kube, api), PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR, sleep=no_pause
-    )
+    informer = Informer(api, PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR, sleep=no_pause)
     woken: list[Key] = []
     informer.add_handler(lambda old, new: woken.extend(all_classes(StaticCaches(), new or old or {})))
     task = asyncio.create_task(informer.run())
     try:
-        await asyncio.wait_for(api.settled.wait(), timeout=5)
+        await until(lambda: api.open_watches() == 1)
+        # "missed" is deleted while no watch is open, and the API's history forgets it (410 Gone)
+        api.end_watches()
+        api.remove(PODS.path(*key_of(missed)))
+        api.compact()
+        await until(lambda: len(listed_selectors(api)) == 2 and api.open_watches() == 1)
     finally:
         task.cancel()
         with contextlib.suppress(asyncio.CancelledError):
@@ -244,7 +233,7 @@ async def test_the_pod_informer_releases_a_pod_missing_from_a_relist() -> None:
     assert inventory.requested("n1", H200) == 1
     assert list(PodFold(inventory).keys()) == [key_of(kept)]
     assert woken == [ALL_CLASSES] * 3  # two pods folded in, one released
-    assert api.selectors == [POD_FIELD_SELECTOR] * 2
+    assert listed_selectors(api) == [POD_FIELD_SELECTOR] * 2
 
 
 def test_a_node_missing_from_a_relist_is_forgotten() -> None:
@@ -258,52 +247,6 @@ def test_a_node_missing_from_a_relist_is_forgotten() -> None:
 # --- one pass against a fake API -------------------------------------------------------------------
 
 
-class FakeApi:
-    """The calls a pass makes: GET of the KubeVirt CR, JSON patches of class status, Event creation."""
-
-    def __init__(self, kubevirt: Obj | None) -> None:
-        self.kubevirt: Obj | None = kubevirt
-        self.kubevirt_failure: BaseException | None = None
-        self.classes: dict[str, Obj] = {}
-        self.patches: list[tuple[str, list[dict[str, Any]]]] = []
-        self.events: list[Obj] = []
-        self.refuse: dict[str, ApiError] = {}  # class name -> the answer to a status patch
-
-    async def get(self, path: str) -> Obj | None:
-        if self.kubevirt_failure is not None:
-            raise self.kubevirt_failure
-        return self.kubevirt
-
-    async def patch(self, path: str, patch: list[dict[str, Any]], kind: str = "json") -> Obj:
-        name = path.split("/")[-2]
-        self.patches.append((name, patch))
-        if name in self.refuse:
-            raise self.refuse[name]
-        current = self.classes[name]
-        updated: Obj = jsonpatch.apply_patch(current, patch)
-        updated["metadata"]["resourceVersion"] = str(int(current["metadata"]["resourceVersion"]) + 1)
-        self.classes[name] = updated
-        return updated
-
-    async def create(self, path: str, body: Obj) -> Obj:
-        assert path == EVENTS.path(body["metadata"]["namespace"])
-        self.events.append(body)
-        return body
-
-
-class FakeInformer:
-    """The write-through side of an informer: our write's answer into the store, handlers run."""
-
-    def __init__(self, store: Store) -> None:
-        self.store = store
-        self.handlers: list[Callable[[Obj | None, Obj | None], None]] = []
-
-    def remember(self, obj: Obj) -> None:
-        old = self.store.upsert(obj)
-        for handler in self.handlers:
-            handler(old, obj)
-
-
 class Clock:
     def __init__(self) -> None:
         self.now = NOW
@@ -313,10 +256,15 @@ class Clock:
 
 
 class World:
-    """A reconciler over the reference fixture, its caches, the fake API, and what it reports."""
+    """A reconciler over the reference fixture: the in-memory API holding the KubeVirt CR and the
+    classes, the classes' cache (a real informer's store, not run: the writer's answers go into it),
+    and what it reports."""
 
     def __init__(self, kubevirt: Obj | None = None, *, leader: bool = True) -> None:
-        self.api = FakeApi(kubevirt if kubevirt is not None else reference_kubevirt_cr())
+        self.api = MemApi(clock=lambda: NOW)
+        kubevirt = kubevirt if kubevirt is not None else reference_kubevirt_cr()
+        location = {"namespace": SETTINGS.kubevirt_namespace, "name": SETTINGS.kubevirt_name}
+        self.api.seed(KUBEVIRTS, {**kubevirt, "metadata": {**kubevirt.get("metadata", {}), **location}})
         self.inventory = Inventory()
         for node in reference_nodes():
             self.inventory.upsert_node(node)
@@ -324,26 +272,34 @@ class World:
             self.inventory.upsert_pod(pod, key_of(pod))
         self.classes = Store()
         for obj in reference_classes():
-            self.classes.upsert(obj)
-            self.api.classes[obj["metadata"]["name"]] = obj
-        self.informer = FakeInformer(self.classes)
+            self.classes.upsert(self.api.seed(GPUCLASSES, obj))
+        self.informer = Informer(self.api, GPUCLASSES, store=self.classes)
         self.leader = leader
         self.clock = Clock()
         self.registry = CollectorRegistry()
         self.caches = StaticCaches({GPUCLASSES: self.classes, NODES: Store(), PODS: Store()})
-        kube = cast(Kube, self.api)
-        informers: dict[Resource, Informer] = {GPUCLASSES: cast(Informer, self.informer)}
-        self.writer = Writer(kube, informers.get, lambda: self.leader)
+        informers = {GPUCLASSES: self.informer}
+        self.writer = Writer(self.api, informers.get, lambda: self.leader)
         self.reconciler = Reconciler(
             self.caches,
             self.writer,
-            Reads(kube, KUBEVIRTS, frozenset(KUBEVIRT_VERBS)),
+            Reads(self.api, KUBEVIRTS, frozenset(KUBEVIRT_VERBS)),
             Tracing(trace.NoOpTracerProvider(), "test", ratio=1.0),
             self.inventory,
             Metrics(self.registry),
             SETTINGS,
             clock=self.clock,
         )
+
+    @property
+    def patches(self) -> list[tuple[str, Any]]:
+        """The class status patches sent: (class, JSON patch)."""
+        return [(r.target.name, r.body) for r in self.api.requests if r.verb == "patch"]
+
+    @property
+    def events(self) -> list[Obj]:
+        """The Events sent."""
+        return [r.body for r in self.api.requests if r.verb == "create" and r.target.plural == "events"]
 
     def status(self, name: str) -> dict[str, tuple[str, str]]:
         stored = self.classes.get(("", name)) or {}
@@ -357,19 +313,19 @@ class World:
 async def test_a_pass_writes_each_differing_status_once_and_a_quiet_pass_writes_nothing() -> None:
     world = World()
     await world.reconciler.reconcile(ALL_CLASSES)
-    written = sorted(name for name, _ in world.api.patches)
+    written = sorted(name for name, _ in world.patches)
     assert written == sorted(c["metadata"]["name"] for c in reference_classes())
-    for _, patch in world.api.patches:  # pinned to the class's incarnation
+    for _, patch in world.patches:  # pinned to the class's incarnation
         assert patch[0] == {"op": "test", "path": "/metadata/uid", "value": patch[0]["value"]}
     assert world.status("h200-premium")["ResourceNameConflict"] == ("True", "ResourceNameInUse")
     assert world.status("h200")["Ready"] == ("True", "Ready")
-    warnings = sorted((e["involvedObject"]["name"], e["reason"]) for e in world.api.events)
+    warnings = sorted((e["involvedObject"]["name"], e["reason"]) for e in world.events)
     assert warnings == [
         ("a10-24q", "NotPermitted"),
         ("h200-premium", "ResourceNameConflict"),
         ("rtx4090", "NotPermitted"),
     ]
-    assert {e["metadata"]["namespace"] for e in world.api.events} == {SETTINGS.events_namespace}
+    assert {e["metadata"]["namespace"] for e in world.events} == {SETTINGS.events_namespace}
     assert world.sample("cozystack_gpuclass_free", gpuclass="h200", resource=H200) == 4
     fits = {
         units: world.sample("cozystack_gpuclass_fits", gpuclass="h200", resource=H200, units=units)
@@ -386,19 +342,20 @@ async def test_a_pass_writes_each_differing_status_once_and_a_quiet_pass_writes_
     ]
     assert stored["status"]["fitsSummary"] == "1:4 2:2 4:0 8:0"
 
-    world.api.patches.clear()
-    world.api.events.clear()
+    world.api.requests.clear()
     await world.reconciler.reconcile(ALL_CLASSES)
-    assert (world.api.patches, world.api.events) == ([], [])
+    assert (world.patches, world.events) == ([], [])
     assert world.sample("cozystack_gpuclass_pass_duration_seconds_count") == 2
 
 
 async def test_our_own_status_writes_do_not_wake_the_pass() -> None:
     world = World()
     c = controller(world.caches, world.reconciler)
-    world.informer.handlers = [h for resource, h in c.handlers() if resource == GPUCLASSES]
+    for resource, handler in c.handlers():
+        if resource == GPUCLASSES:
+            world.informer.add_handler(handler)
     assert await c.reconcile_once(ALL_CLASSES) == "success"
-    assert world.api.patches, "the first pass writes every status"
+    assert world.patches, "the first pass writes every status"
     assert len(c.queue) == 0
 
 
@@ -415,14 +372,14 @@ async def test_a_timeout_keeps_the_last_kubevirt_read_for_the_grace_period(failu
     world = World()
     await world.reconciler.reconcile(ALL_CLASSES)
     assert world.status("h200")["KubeVirtPermitted"] == ("True", "Permitted")
-    world.api.patches.clear()
+    world.api.requests.clear()
 
-    world.api.kubevirt_failure = failure
+    world.api.refuse(failure, verb="get", plural="kubevirts")
     world.clock.now = NOW + timedelta(minutes=1)
     await world.reconciler.reconcile(ALL_CLASSES)  # the outage begins: the last read still holds
     world.clock.now = NOW + timedelta(minutes=1) + STALE_READ_GRACE
     await world.reconciler.reconcile(ALL_CLASSES)  # the grace period's last moment
-    assert world.api.patches == []
+    assert world.patches == []
     assert world.status("h200")["KubeVirtPermitted"] == ("True", "Permitted")
 
     world.clock.now += timedelta(seconds=1)
@@ -432,9 +389,11 @@ async def test_a_timeout_keeps_the_last_kubevirt_read_for_the_grace_period(failu
 
 @pytest.mark.parametrize("failure", TIMEOUTS, ids=lambda f: type(f).__name__)
 async def test_read_kubevirt_maps_every_timeout_to_an_ongoing_outage(failure: BaseException) -> None:
-    api = FakeApi(None)
-    api.kubevirt_failure = failure
-    kube = Reads(cast(Kube, api), KUBEVIRTS, frozenset(KUBEVIRT_VERBS))
+    api = MemApi()
+    location = {"namespace": "cozy-kubevirt", "name": "kubevirt"}
+    api.seed(KUBEVIRTS, {**make_kubevirt_cr(), "metadata": location})
+    api.refuse(failure, verb="get")
+    kube = Reads(api, KUBEVIRTS, frozenset(KUBEVIRT_VERBS))
     first = await read_kubevirt(kube, "cozy-kubevirt", "kubevirt", Found(make_kubevirt_cr()), NOW)
     assert isinstance(first, Unavailable)
     assert first.since == NOW
@@ -444,7 +403,7 @@ async def test_read_kubevirt_maps_every_timeout_to_an_ongoing_outage(failure: Ba
 
 
 async def test_read_kubevirt_absent_is_not_installed() -> None:
-    kube = Reads(cast(Kube, FakeApi(None)), KUBEVIRTS, frozenset(KUBEVIRT_VERBS))
+    kube = Reads(MemApi(), KUBEVIRTS, frozenset(KUBEVIRT_VERBS))
     assert isinstance(await read_kubevirt(kube, "cozy-kubevirt", "kubevirt", None, NOW), NotInstalled)
 
 
@@ -452,7 +411,7 @@ async def test_a_replica_that_does_not_lead_writes_nothing() -> None:
     world = World(leader=False)
     with pytest.raises(NotLeader):
         await world.reconciler.reconcile(ALL_CLASSES)
-    assert (world.api.patches, world.api.events) == ([], [])
+    assert (world.patches, world.events) == ([], [])
     assert world.sample("cozystack_gpuclass_pass_errors_total", stage="status_write") == 0
 
 
@@ -467,7 +426,7 @@ async def test_one_refused_write_does_not_hold_back_the_others(
     refusal: ApiError, raised: type[Exception], counted: int
 ) -> None:
     world = World()
-    world.api.refuse["l40s"] = refusal
+    world.api.refuse(refusal, verb="patch", name="l40s")
     with pytest.raises(raised):
         await world.reconciler.reconcile(ALL_CLASSES)
     assert world.status("h200")["Ready"] == ("True", "Ready")  # written all the same
@@ -477,18 +436,14 @@ async def test_one_refused_write_does_not_hold_back_the_others(
 
 async def test_a_class_gone_under_the_pass_is_skipped() -> None:
     world = World()
-    world.api.refuse["h200-premium"] = ApiError(404, "NotFound", "gone")
+    world.api.remove(GPUCLASSES.path(None, "h200-premium"))  # gone from the API, still cached
     await world.reconciler.reconcile(ALL_CLASSES)
-    assert "h200-premium" not in {e["involvedObject"]["name"] for e in world.api.events}
+    assert "h200-premium" not in {e["involvedObject"]["name"] for e in world.events}
 
 
 async def test_an_event_the_api_refuses_does_not_fail_the_pass() -> None:
     world = World()
-
-    async def refuse(path: str, body: Obj) -> Obj:
-        raise ApiError(403, "Forbidden", "no events for you")
-
-    world.api.create = refuse  # type: ignore[method-assign]
+    world.api.refuse(ApiError(403, "Forbidden", "no events for you"), verb="create", plural="events")
     await world.reconciler.reconcile(ALL_CLASSES)
     assert world.status("h200-premium")["ResourceNameConflict"] == ("True", "ResourceNameInUse")
 
