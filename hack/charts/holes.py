@@ -23,6 +23,8 @@ HOLE_LINE: Final = re.compile(
     r"^(?P<indent> *)(?P<dash>- )?(?:(?P<key>[\w.-]+): )?(?P<token>__HOLE_\d+__)(?P<null>: null)?$"
 )
 WIDTH: Final = 110
+# A line of text longer than this, with quotes in it, is written folded.
+FOLD_AT: Final = 60
 
 
 @dataclass(frozen=True)
@@ -48,7 +50,13 @@ class _Dumper(yaml.SafeDumper):
 
 
 def _represent_str(dumper: yaml.SafeDumper, text: str) -> yaml.ScalarNode:
-    style = "|" if "\n" in text and not text.endswith((" ", "\n\n")) and "\t" not in text else None
+    """Several lines as a literal block; one long line with quotes in it folded (``>-``), as config/
+    writes CEL, rather than quoted with its quotes doubled; any other as PyYAML would."""
+    style = None
+    if "\n" in text:
+        style = "|" if not text.endswith((" ", "\n\n")) and "\t" not in text else None
+    elif len(text) > FOLD_AT and ("'" in text or '"' in text):
+        style = ">"
     return dumper.represent_scalar("tag:yaml.org,2002:str", text, style=style)
 
 
