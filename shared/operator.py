@@ -110,19 +110,28 @@ class RuntimeSettings:
     metrics_port: int = setting(8080, int, "Prometheus metrics (0 turns the server off)")
     health_port: int = setting(8081, int, "/healthz and /readyz (0 turns it off)")
     leader_elect: bool = setting(
-        True, flag_bool, "elect a leader through a Lease (default true); false: this replica always leads"
+        True,
+        flag_bool,
+        "elect a leader through a Lease; false: this replica always leads (one replica only!)",
     )
     leader_election_namespace: str = setting(
         "", str, "where the Lease lives; empty: $POD_NAMESPACE, else the ServiceAccount's namespace"
     )
     # Each operator's own Lease name is its default (``parse_settings``).
-    leader_election_id: str = setting("", str, "the Lease's name")
+    leader_election_id: str = setting(
+        "", str, "the Lease's name; by default the operator's own (cozystack-<operator>-operator)"
+    )
     api_timeout_seconds: float = setting(
         DEFAULT_API_TIMEOUT_SECONDS, float, "how long any API call but a watch may take"
     )
     stuck_seconds: float = setting(
-        DEFAULT_STUCK_SECONDS, float, "liveness fails when one reconcile has run this long"
+        DEFAULT_STUCK_SECONDS, float, "/healthz fails when one reconcile has run this long"
     )
+
+
+def setting_fields(cls: type[DataclassInstance]) -> Iterator[tuple[Field[Any], Flag]]:
+    """Each ``setting`` field of ``cls`` with its flag (for ``add_setting_flags`` and the docs)."""
+    return _flags(cls)
 
 
 def _flags(cls: type[DataclassInstance]) -> Iterator[tuple[Field[Any], Flag]]:

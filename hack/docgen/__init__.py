@@ -13,6 +13,8 @@ Decides, one module per job:
   meaning (``undocumented``) and each declaration is held by a constant (``unused_guide_entries``);
 * ``rbac``: the generated section of ``docs/hosters/operations.md``: every Role and ClusterRole in
   ``config/rbac/``, rule by rule with the comment that justifies it, and who is granted it;
+* ``settings``: the settings tables of the same page: every flag, its environment variable, default
+  and meaning, from the operators' settings fields (``shared.operator.setting``);
 * ``cli``: writing them, or ``--check``: exit 1, naming the stale files, when anything on disk
   differs from what would be written. Output depends only on the files read and the declarations
   (sorted paths, the CRDs' own field order, the declarations' order), so two runs on the same tree
@@ -20,7 +22,7 @@ Decides, one module per job:
 * ``common``: what more than one job uses (the root, markers, ``splice``, Markdown helpers).
 
 Does not: touch any hand-written page (only the marked sections of ``conditions.md`` and
-``operations.md``), import any of the operators but their pure ``reasons`` modules (the named
+``operations.md``), import any of the operators but their ``reasons`` and ``settings`` modules (the named
 constants are read from the source with ``ast``), or decide whether every constant is declared with
 its meaning: ``undocumented()`` and ``unused_guide_entries()`` say, and
 ``tests/unit/test_docs_current.py`` fails on either.

@@ -16,6 +16,7 @@ from hack.docgen.conditions import CONDITIONS_PAGE, render_conditions_section
 from hack.docgen.constants import code_constants, undocumented
 from hack.docgen.rbac import OPERATIONS_PAGE, RBAC_BEGIN, RBAC_END, load_rbac, render_rbac_section
 from hack.docgen.reference import REFERENCE_DIR, load_crds, render_reference_index, render_reference_page
+from hack.docgen.settings import SETTINGS_BEGIN, SETTINGS_END, render_settings_section
 from hack.regenerate import check_or_write
 
 
@@ -31,8 +32,10 @@ def render(root: Path = ROOT) -> dict[Path, str]:
         files[CONDITIONS_PAGE] = splice(conditions.read_text(encoding="utf-8"), section)
     operations = root / OPERATIONS_PAGE
     if operations.exists():
-        section = render_rbac_section(load_rbac(root))
-        files[OPERATIONS_PAGE] = splice(operations.read_text(encoding="utf-8"), section, RBAC_BEGIN, RBAC_END)
+        page = splice(
+            operations.read_text(encoding="utf-8"), render_settings_section(), SETTINGS_BEGIN, SETTINGS_END
+        )
+        files[OPERATIONS_PAGE] = splice(page, render_rbac_section(load_rbac(root)), RBAC_BEGIN, RBAC_END)
     return files
 
 

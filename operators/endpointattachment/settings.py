@@ -46,7 +46,8 @@ class Settings:
         VM_DATAPATH_NONE,
         one_of(*VM_DATAPATHS),
         "the VM datapath the platform runs: cozy-proxy when a cozy-proxy contract implementor is "
-        "deployed (the WholeIP and PortList methods then render); none: they render nothing",
+        "deployed (the WholeIP and PortList methods then render); none: they render nothing "
+        "(DatapathContractUnavailable). Chart value vmDatapath",
     )
     allocate_load_balancer_node_ports: bool = setting(
         False,
@@ -70,7 +71,8 @@ class Settings:
         HANDOVER_HOLD_SECONDS,
         float,
         "how long a freshly Bound claim's Service may wait while other claims of its class are being "
-        "provisioned (the substrate's hand-over through MetalLB); 0: never waits",
+        "provisioned, so that MetalLB does not hand the address to one of them (the substrate's "
+        "hand-over, docs/hosters/load-balancer.md); 0: never waits",
     )
 
     @property
