@@ -36,9 +36,11 @@ Models, as the API server does:
   unknown token is 410), ``NotOlderThan`` (a version from the future: 504, "Too large resource
   version").
 
-Records every request (``requests``: method, path, params, body, content type; ``Request.verb`` is
-the Kubernetes verb, ``Request.target`` the parsed path) before answering it, so tests assert on
-what was sent. ``faults`` make chosen requests fail (``refuse``), after they are recorded.
+Records every request (``requests``: method, path, params, body, content type, and its answer;
+``Request.verb`` is the Kubernetes verb, ``Request.target`` the parsed path) before answering it,
+so tests assert on what was sent. ``faults`` make chosen requests fail (``refuse``), after they are
+recorded; ``admission`` checks refuse a create or an update where the API server's validating
+admission does (a quota, a policy): after a generated name was drawn, before anything is stored.
 
 The test's own side, never recorded: ``seed`` (an object as another actor left it, versions
 kept), ``remove`` (gone outright), ``stored``, ``compact``, ``end_watches``, ``settled``.
@@ -93,6 +95,8 @@ _SYSTEM_FIELDS: Final = (
     "deletionGracePeriodSeconds",
 )
 Fault = Callable[["Request"], BaseException | None]
+# A validating admission check: the request and the object it would store; an error refuses it.
+Admission = Callable[["Request", Obj], BaseException | None]
 
 
 @dataclass(frozen=True)
@@ -129,15 +133,28 @@ def parse(path: str) -> Target:
     return Target(prefix, rest[0], namespace, *[*rest[1:3], "", ""][:2])
 
 
-@dataclass(frozen=True)
+@dataclass
 class Request:
-    """One request as sent: its HTTP ``method``, ``path``, query ``params``, ``body``, content type."""
+    """One request as sent: its HTTP ``method``, ``path``, query ``params``, ``body``, content type;
+    and, once answered, the ``answer`` (not part of what was sent: equality ignores it)."""
 
     method: str
     path: str
     params: Mapping[str, str] = field(default_factory=dict)
     body: Any = None
     content_type: str = ""
+    answer: Obj | None = field(default=None, compare=False, repr=False)
+
+    @property
+    def name(self) -> str:
+        """The name of the object written or read: the path's, else the answer's (a generated one)
+        or the body's."""
+        for obj in (self.answer, self.body):
+            if self.target.name or not isinstance(obj, Mapping):
+                continue
+            if name := (obj.get("metadata") or {}).get("name"):
+                return str(name)
+        return self.target.name
 
     @property
     def target(self) -> Target:
@@ -302,6 +319,8 @@ class MemApi(Kube):
         self.generate = generate or _default_names()
         self.requests: list[Request] = []
         self.faults: list[Fault] = []
+        self.admission: list[Admission] = []
+        self._sending: Request | None = None  # the request being answered
         self._version = 0
         self._objects: dict[Collection, dict[tuple[str, str], Obj]] = {}
         self._kinds: dict[Collection, str] = {}
@@ -321,7 +340,15 @@ class MemApi(Kube):
         recorded, then answered from memory instead of over HTTP."""
         sent = Request(method, path, dict(params or {}), copy.deepcopy(body), content_type)
         self._record(sent)
-        target = sent.target
+        self._sending = sent
+        try:
+            sent.answer = self._answered(sent)
+        finally:
+            self._sending = None
+        return copy.deepcopy(sent.answer)
+
+    def _answered(self, sent: Request) -> Obj:
+        method, target = sent.method, sent.target
         if method == "GET":
             return self._get(target) if target.name else self._list(target, sent.params)
         if method == "POST":
@@ -496,6 +523,16 @@ class MemApi(Kube):
             if error is not None:
                 raise error
 
+    def _admit(self, obj: Obj) -> None:
+        """Validating admission: each check sees the object as it would be stored (a generated name
+        included: a refused create has used its name, as on the API server)."""
+        if self._sending is None:
+            return
+        for check in self.admission:
+            error = check(self._sending, obj)
+            if error is not None:
+                raise error
+
     def _collection(self, target: Target) -> dict[tuple[str, str], Obj]:
         return self._objects.setdefault(target.collection, {})
 
@@ -607,6 +644,7 @@ class MemApi(Kube):
         metadata["creationTimestamp"] = _timestamp(self.clock())
         metadata["generation"] = 1
         obj.pop("status", None)  # a create cannot set status
+        self._admit(obj)
         created = self._stamped(obj)
         objects[(target.namespace, candidate)] = created
         self._remember_kind(target, created)
@@ -655,6 +693,7 @@ class MemApi(Kube):
                 updated.pop("status")
         else:
             updated = self._main_write(target, current, wanted, metadata)
+        self._admit(updated)  # admission sees every update, one that changes nothing too
         if updated == current:
             return copy.deepcopy(current)  # nothing changed: no write
         return self._store(target, current, updated)

@@ -1,5 +1,5 @@
 """RFC 7386 JSON merge patch, as the API server applies a ``merge`` patch, for the tests' small API
-models (the EA unit tests' writer, the substrate model's store).
+models (``harness.memapi``, the substrate model's store).
 
 Decides: how a merge patch changes an object (a null removes the key; a mapping merges; anything else
 replaces). Does not: do strategic merge or JSON patch (``jsonpatch`` does RFC 6902)."""

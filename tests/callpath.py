@@ -105,7 +105,7 @@ async def settled() -> tuple[Controller, RecordingWriter, Any]:
     )
     writer = RecordingWriter(caches)
     world = World(caches, RenderSettings(proxy_name="cozy-proxy"))
-    reconciler = AttachmentReconciler(world, writer, wall_clock=lambda: datetime.fromisoformat(CREATED))  # type: ignore[arg-type]
+    reconciler = AttachmentReconciler(world, writer, wall_clock=lambda: datetime.fromisoformat(CREATED))
     registry = CollectorRegistry()
     controller = Controller(
         ATTACHMENT_CONTROLLER,
@@ -152,7 +152,7 @@ async def measure() -> tuple[Profile, list[tuple[str, str, str]]]:
     key = await controller.queue.get()
     await controller.reconcile_once(key)
     profile.stop()
-    return profile, writer.calls
+    return profile, list(writer.calls)
 
 
 def main() -> None:

@@ -2,33 +2,34 @@
 
 Decides: one store per cached kind, with exactly the named indexes ``controller.build`` declares
 (``world.INDEXERS``), filled by upserts and deletes in the order given; the substrate's kinds served
-unless a test says otherwise (``unserved``); a CRD builder for the substrate's CRDs; and a writer
-that answers as the API server would, into those stores (``RecordingWriter``).
+unless a test says otherwise (``unserved``); a CRD builder for the substrate's CRDs; and the
+runtime's writer over an in-memory API holding what those stores hold, its answers going into them
+(``RecordingWriter``, its writes seen as ``calls``).
 
 Does not: run informers or handlers (the tests call the wiring's handlers themselves)."""
 
 from __future__ import annotations
 
-import copy
-from collections.abc import Iterable, Mapping
-from typing import Any, Final
+from collections.abc import Iterable, Mapping, Sequence
+from datetime import datetime
+from typing import Any, Final, overload
 
-import jsonpatch
 import pytest
 from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
-from harness.mergepatch import merge_patch
+from harness.memapi import MemApi, Request, parse
 from operators.endpointattachment.api import ADDRESSES, ATTACHMENTS, CLAIMS, CLASSES
 from operators.endpointattachment.controller import ATTACHMENT_CONTROLLER
 from operators.endpointattachment.render import RenderSettings
 from operators.endpointattachment.world import World, empty_stores
 from shared.kube import ApiError
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES, Resource
-from shared.runtime.cache import Key, Obj, key_of
+from shared.runtime.cache import Informer, Key, Obj, key_of
 from shared.runtime.controller import Controller, Result, StaticCaches
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
 from shared.runtime.served import CRDS, crd_name
+from shared.runtime.writes import Writer
 from shared.telemetry.tracing import Tracing
 from tests.ea_builders import CREATED
 
@@ -86,86 +87,135 @@ def world_of(
     return World(caches_of(*steps, unserved=unserved), settings)
 
 
-class RecordingWriter:
-    """The ``Writer`` surface the attachment reconciler uses, answering as the API server would: each
-    write is recorded as (verb, plural, name) and its answer goes into the caches at once
-    (write-through, as the runtime's writer does); a create names a ``generateName`` object with the
-    suffix ``x7ktq`` (then ``x7ktr``...). ``refuse`` makes every Service create and patch fail with
-    that error."""
+Call = tuple[str, str, str]  # (verb, plural, name)
+
+
+def call_of(request: Request) -> Call:
+    """A write request in the tables' words: ``create``, ``patch`` (a merge patch), ``delete``,
+    ``status`` (a status patch), ``unfinalize`` (a JSON patch removing a finalizer), ``metadata``
+    (any other JSON patch: the finalizer, owner reference and labels), ``update``."""
+    target = request.target
+    verb = request.verb
+    if target.subresource == "status":
+        verb = "status"
+    elif request.patch_kind == "json":
+        removes = any(
+            op.get("op") == "remove" and str(op.get("path", "")).startswith("/metadata/finalizers")
+            for op in request.body
+        )
+        verb = "unfinalize" if removes else "metadata"
+    return verb, target.plural, request.name
+
+
+class Calls(Sequence[Call]):
+    """The writes the API was sent, as ``Call`` tuples: a view over its recorded requests (``clear``
+    forgets them)."""
+
+    def __init__(self, api: MemApi) -> None:
+        self.api = api
+
+    def _calls(self) -> list[Call]:
+        return [call_of(r) for r in self.api.requests if r.method != "GET"]
+
+    @overload
+    def __getitem__(self, index: int) -> Call: ...
+    @overload
+    def __getitem__(self, index: slice) -> list[Call]: ...
+    def __getitem__(self, index: int | slice) -> Call | list[Call]:
+        return self._calls()[index]
+
+    def __len__(self) -> int:
+        return len(self._calls())
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, Sequence) and self._calls() == list(other)
+
+    __hash__ = None  # type: ignore[assignment]
+
+    def __repr__(self) -> str:
+        return repr(self._calls())
+
+    def clear(self) -> None:
+        self.api.requests.clear()
+
+
+class RecordingWriter(Writer):
+    """The runtime's ``Writer`` over an in-memory API (``harness.memapi``) that holds what the caches
+    hold, its answers going into the caches through real informers (not run: write-through only).
+
+    The caches are the world as the tests set it: every object in them is in the API from the start,
+    and before a write the API takes the cached version of the object written when it is not there
+    or the cache's is as new and differs (a test's change of a cached object: another actor's write,
+    which an informer delivered). A DELETE that removed its object also removes it from the cache
+    (its watch event, delivered at once: no informer runs here). ``calls``: the writes sent, as
+    (verb, plural, name) (``call_of``); a generated name has the suffix ``x7ktq`` (then
+    ``x7ktr``...); objects are created at ``CREATED`` with the UID ``uid-<name>``. ``refuse`` makes
+    every Service create and patch fail with that error."""
 
     def __init__(self, caches: StaticCaches, refuse: ApiError | None = None) -> None:
+        self.api = MemApi(
+            clock=lambda: datetime.fromisoformat(CREATED),
+            uid=lambda obj: f"uid-{obj['metadata']['name']}",
+            generate=self._generated_name,
+        )
+        super().__init__(self.api, self._informer_of)
         self.caches, self.refuse = caches, refuse
-        self.calls: list[tuple[str, str, str]] = []
+        self.calls = Calls(self.api)
         self._generated = 0
+        self._informers: dict[Resource, Informer] = {}
+        self._kinds = {parse(resource.path()).collection: resource for resource in caches.stores}
+        for resource, store in caches.stores.items():
+            for obj in list(store.values()):
+                self.api.seed(resource, obj)
+        self.api.faults.append(self._before)
+        self.api.admission.append(self._admit)
 
-    def _answer(self, resource: Resource, obj: Mapping[str, Any]) -> Obj:
-        answer = copy.deepcopy(dict(obj))
-        metadata = answer.setdefault("metadata", {})
-        metadata.setdefault("uid", f"uid-{metadata.get('name')}")
-        metadata.setdefault("creationTimestamp", CREATED)
-        metadata["resourceVersion"] = str(int(metadata.get("resourceVersion") or 1) + 1)
-        self.caches.store(resource).upsert(answer)
-        return answer
+    def _generated_name(self, prefix: str) -> str:
+        name = f"{prefix}x7kt{'qrstuvwxyz'[self._generated % 10]}"
+        self._generated += 1
+        return name
 
-    def _refused(self, resource: Resource) -> None:
-        if resource == SERVICES and self.refuse is not None:
-            raise self.refuse
+    def _informer_of(self, resource: Resource) -> Informer | None:
+        if resource not in self.caches.stores:
+            return None
+        if resource not in self._informers:
+            self._informers[resource] = Informer(self.api, resource, store=self.caches.store(resource))
+        return self._informers[resource]
 
-    async def create(self, resource: Resource, body: Mapping[str, Any]) -> Obj:
-        named = copy.deepcopy(dict(body))
-        metadata = named["metadata"]
-        if "name" not in metadata:
-            metadata["name"] = f"{metadata.pop('generateName')}x7kt{'qrstuvwxyz'[self._generated % 10]}"
-            self._generated += 1
-        self.calls.append(("create", resource.plural, metadata["name"]))
-        self._refused(resource)
-        return self._answer(resource, named)
+    def _before(self, request: Request) -> None:
+        """Before a write: the cached version of its object into the API."""
+        target = request.target
+        resource = self._kinds.get(target.collection)
+        if request.method != "GET" and resource is not None and target.name:
+            self._sync(resource, target.namespace, target.name)
 
-    async def patch(self, resource: Resource, obj: Mapping[str, Any], patch: Any, kind: str = "merge") -> Obj:
-        self.calls.append(("patch", resource.plural, obj["metadata"]["name"]))
-        self._refused(resource)
-        current = self.caches.store(resource).get(key_of(obj)) or obj
-        return self._answer(resource, merge_patch(current, patch))
+    def _admit(self, request: Request, obj: Obj) -> BaseException | None:
+        """The refusal due, at admission: of a Service's create or patch."""
+        target = request.target
+        if target.plural == "services" and request.verb in ("create", "patch") and not target.subresource:
+            return self.refuse
+        return None
+
+    def _sync(self, resource: Resource, namespace: str, name: str) -> None:
+        cached = self.caches.store(resource).get((namespace, name))
+        if cached is None:
+            return
+        stored = self.api.stored(resource.path(namespace or None, name))
+        if stored is None or (stored != cached and not _older(cached, stored)):
+            self.api.seed(resource, cached)
 
     async def delete(self, resource: Resource, obj: Mapping[str, Any], *, forget: bool = False) -> bool:
-        self.calls.append(("delete", resource.plural, obj["metadata"]["name"]))
-        self.caches.store(resource).delete(key_of(obj))
-        return True
+        deleted = await super().delete(resource, obj, forget=forget)
+        informer = self._informer_of(resource)
+        namespace, name = key_of(obj)
+        if informer is not None and self.api.stored(resource.path(namespace or None, name)) is None:
+            informer.forget((namespace, name))
+        return deleted
 
-    async def patch_status(self, resource: Resource, obj: Mapping[str, Any], ops: list[Any]) -> Obj | None:
-        if not ops:
-            return None
-        self.calls.append(("status", resource.plural, obj["metadata"]["name"]))
-        return self._answer(resource, jsonpatch.apply_patch(copy.deepcopy(dict(obj)), ops))
 
-    async def ensure_metadata(
-        self,
-        resource: Resource,
-        obj: Obj,
-        *,
-        finalizer: str | None = None,
-        owner_reference: Mapping[str, Any] | None = None,
-        labels: Mapping[str, str] | None = None,
-    ) -> Obj:
-        metadata = dict(obj["metadata"])
-        finalizers = list(metadata.get("finalizers") or [])
-        changed = False
-        if finalizer is not None and finalizer not in finalizers:
-            metadata["finalizers"], changed = [*finalizers, finalizer], True
-        if owner_reference is not None:
-            metadata["ownerReferences"] = [*metadata.get("ownerReferences", []), dict(owner_reference)]
-            changed = True
-        if labels:
-            metadata["labels"], changed = {**metadata.get("labels", {}), **labels}, True
-        if not changed:
-            return obj
-        self.calls.append(("metadata", resource.plural, metadata["name"]))
-        return self._answer(resource, {**obj, "metadata": metadata})
-
-    async def remove_finalizer(self, resource: Resource, obj: Obj, finalizer: str) -> Obj | None:
-        self.calls.append(("unfinalize", resource.plural, obj["metadata"]["name"]))
-        self.caches.store(resource).delete(key_of(obj))  # being deleted, its last finalizer gone
-        return None
+def _older(obj: Obj, than: Obj) -> bool:
+    version, other = (str(o["metadata"].get("resourceVersion") or "") for o in (obj, than))
+    return version.isdigit() and other.isdigit() and int(version) < int(other)
 
 
 class Idle:

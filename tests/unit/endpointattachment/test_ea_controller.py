@@ -490,7 +490,7 @@ def reconciler(
     writer, clock = RecordingWriter(caches), Clock()
     running = controller.AttachmentReconciler(
         World(caches, settings),
-        writer,  # type: ignore[arg-type]
+        writer,
         clock,
         wall_clock=lambda: datetime.fromisoformat(CREATED),  # the writer's objects are created then
     )

@@ -77,7 +77,7 @@ def running() -> tuple[controller.AttachmentReconciler, EventSink, StaticCaches,
     sink, clock = EventSink(), Clock()
     reconciler = controller.AttachmentReconciler(
         World(caches),
-        RecordingWriter(caches),  # type: ignore[arg-type]
+        RecordingWriter(caches),
         clock,
         wall_clock=lambda: datetime.fromisoformat(CREATED),
         recorder=Recorder(cast(Any, sink), "cozystack.io/test", "pod-0", clock=clock),

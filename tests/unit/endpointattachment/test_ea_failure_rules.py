@@ -191,7 +191,7 @@ def glue(refuse: ApiError) -> tuple[controller.AttachmentReconciler, RecordingWr
     writer = RecordingWriter(caches, refuse=refuse)
     running = controller.AttachmentReconciler(
         World(caches),
-        writer,  # type: ignore[arg-type]
+        writer,
         wall_clock=lambda: T0,
     )
     return running, writer, caches

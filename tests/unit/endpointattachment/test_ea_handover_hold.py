@@ -528,7 +528,7 @@ def glue(
     writer = RecordingWriter(caches)
     running = controller.AttachmentReconciler(
         World(caches),
-        writer,  # type: ignore[arg-type]
+        writer,
         lambda: 100.0,
         wall_clock=lambda: T0 + timedelta(seconds=2),
         handover_hold=hold,

@@ -408,6 +408,20 @@ async def test_a_fault_refuses_the_requests_it_matches_after_they_are_recorded()
     assert [r.verb for r in memory.requests] == ["create", "patch", "patch", "get"]
 
 
+async def test_admission_refuses_after_a_generated_name_was_drawn_and_before_anything_is_stored() -> None:
+    memory = api()
+    refusal = ApiError(403, "Forbidden", "exceeded quota")
+    memory.admission.append(lambda request, obj: refusal if obj["metadata"]["name"] == "web-bbbbb" else None)
+    assert await refused(memory.create(COLLECTION, {"metadata": {"generateName": "web-"}})) == (
+        403,
+        "Forbidden",
+    )
+    created = await memory.create(COLLECTION, {"metadata": {"generateName": "web-"}})
+    assert created["metadata"]["name"] == "web-bbbbc", "the refused create used its name"
+    assert [r.name for r in memory.requests] == ["", "web-bbbbc"], "a name once answered"
+    assert (await memory.list(COLLECTION))["items"] == [created]
+
+
 async def test_a_seeded_object_keeps_what_it_was_given_and_moves_the_counter() -> None:
     memory = api()
     given = {**service(namespace=NS, uid="u-1", resourceVersion="41"), "status": {"s": 1}}
