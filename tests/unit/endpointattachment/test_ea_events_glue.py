@@ -1,13 +1,14 @@
 """Events of attachments through the glue: a transition records its Event once, a steady state
-none, and a repeat within the window patches the first Event's series (the shared recorder over a
-writer answering as the API)."""
+none, and a repeat within the window patches the first Event's series (the shared recorder over the
+pass's own writer, into the in-memory API)."""
 
 from __future__ import annotations
 
 import copy
-from datetime import datetime
-from typing import Any, cast
+import itertools
+from datetime import datetime, timedelta
 
+from harness.memapi import MemApi
 from operators.endpointattachment import controller
 from operators.endpointattachment.api import ADDRESSES, CLAIM_ANNOTATION, CLAIMS
 from operators.endpointattachment.reasons import REASON_CLAIM_IN_USE
@@ -44,45 +45,43 @@ class Clock:
         return self.now
 
 
-class EventSink:
-    """The recorder's writer: answers a create with a named Event, keeps what was written."""
+class EventLog:
+    """The Event writes the API was sent (the recorder writes through the pass's own writer), as
+    (create | patch, reason), since the last look."""
 
-    def __init__(self) -> None:
-        self.reasons: dict[str, str] = {}  # Event name -> reason
-        self.writes: list[tuple[str, str]] = []  # (create | patch, reason)
-
-    async def create(self, resource: Any, body: dict[str, Any]) -> dict[str, Any]:
-        name = f"db-public.{len(self.reasons) + 1}"
-        self.reasons[name] = body["reason"]
-        self.writes.append(("create", body["reason"]))
-        return {**body, "metadata": {**body["metadata"], "name": name}}
-
-    async def patch(self, resource: Any, obj: dict[str, Any], patch: Any, kind: str) -> dict[str, Any]:
-        self.writes.append(("patch", self.reasons[obj["metadata"]["name"]]))
-        return obj
+    def __init__(self, api: MemApi) -> None:
+        self.api, self.looked = api, 0
 
     def taken(self) -> list[tuple[str, str]]:
         """The Event writes since the last look."""
-        found, self.writes = self.writes, []
+        sent = [r for r in self.api.requests if r.target.plural == "events" and r.verb in ("create", "patch")]
+        reasons = {r.name: r.body["reason"] for r in sent if r.verb == "create"}
+        found = [(r.verb, reasons[r.name] if r.verb == "patch" else r.body["reason"]) for r in sent]
+        found, self.looked = found[self.looked :], len(found)
         return found
 
 
-def running() -> tuple[controller.AttachmentReconciler, EventSink, StaticCaches, Clock]:
+def running() -> tuple[controller.AttachmentReconciler, EventLog, StaticCaches, Clock]:
     caches = caches_of(
         put("service", make_service()),
         put("helmrelease", make_helmrelease()),
         put("class", make_class()),
         put("attachment", make_attachment()),
     )
-    sink, clock = EventSink(), Clock()
+    writer, clock = RecordingWriter(caches), Clock()
+    ticks = itertools.count()
+
+    def wall_clock() -> datetime:  # a millisecond further at each reading: each Event its own name
+        return datetime.fromisoformat(CREATED) + timedelta(milliseconds=next(ticks))
+
     reconciler = controller.AttachmentReconciler(
         World(caches),
-        RecordingWriter(caches),
+        writer,
         clock,
         wall_clock=lambda: datetime.fromisoformat(CREATED),
-        recorder=Recorder(cast(Any, sink), "cozystack.io/test", "pod-0", clock=clock),
+        recorder=Recorder(writer, "cozystack.io/test", "pod-0", clock=clock, wall_clock=wall_clock),
     )
-    return reconciler, sink, caches, clock
+    return reconciler, EventLog(writer.api), caches, clock
 
 
 def bind(caches: StaticCaches) -> None:
