@@ -5,7 +5,8 @@ Pure (no client, no I/O). ``EndpointAttachment`` (``local.sdn.cozystack.io/v1alp
 own API, served here field for field; ``IPAddressClass``, ``IPAddress`` and ``IPAddressClaim`` in
 the same group belong to Cozystack's address substrate, which the platform installs and this
 operator only reads (and, for a minted claim, creates). ``AttachmentSpec`` is the typed view of an
-attachment's spec that every other module reads, tolerant of what the schema would refuse.
+attachment's spec that every other module reads, tolerant of what the schema would refuse;
+``AttachmentView`` is what the attachments' cache keeps beside each version (its key, spec, status).
 
 Decides: the literal value of each name, with why it has that value, and how a spec reads
 (defaults). Does not: decide when any of them applies.
@@ -185,4 +186,26 @@ def spec_of(attachment: Mapping[str, Any]) -> AttachmentSpec:
         ports=tuple(dict.fromkeys(ports)),
         method=_text(lb.get("method")) if lb.get("method") in METHODS else "",
         allow_icmp=lb.get("allowICMP") is True,
+    )
+
+
+@dataclass(frozen=True)
+class AttachmentView:
+    """An attachment as its cache keeps it beside the object, typed once per stored version: what
+    the indexes, the map functions, the read model and the planner read (``attachment_view``)."""
+
+    namespace: str
+    name: str
+    spec: AttachmentSpec
+    status: Mapping[str, Any]  # as stored (the held-back index reads its Provisioned condition)
+
+
+def attachment_view(attachment: Mapping[str, Any]) -> AttachmentView:
+    metadata = attachment.get("metadata") or {}
+    status = attachment.get("status")
+    return AttachmentView(
+        namespace=_text(metadata.get("namespace")),
+        name=_text(metadata.get("name")),
+        spec=spec_of(attachment),
+        status=status if isinstance(status, Mapping) else {},
     )

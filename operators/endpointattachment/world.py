@@ -33,6 +33,8 @@ from operators.endpointattachment.api import (
     GROUP,
     SERVICE_PROXY_NAME_LABEL,
     AttachmentSpec,
+    AttachmentView,
+    attachment_view,
     spec_of,
 )
 from operators.endpointattachment.datapath import (
@@ -118,14 +120,18 @@ def _namespace(obj: Obj) -> list[str]:
     return [key_of(obj)[0]]
 
 
-def _attachment_endpoint(obj: Obj) -> list[Key]:
-    name = spec_of(obj).endpoint
-    return [(key_of(obj)[0], name)] if name else []
+def _attachment_endpoint(view: AttachmentView) -> list[Key]:
+    name = view.spec.endpoint
+    return [(view.namespace, name)] if name else []
 
 
-def _attachment_claim(obj: Obj) -> list[Key]:
-    name = spec_of(obj).claim_name
-    return [(key_of(obj)[0], name)] if name else []
+def _attachment_claim(view: AttachmentView) -> list[Key]:
+    name = view.spec.claim_name
+    return [(view.namespace, name)] if name else []
+
+
+def _attachment_namespace(view: AttachmentView) -> list[str]:
+    return [view.namespace]
 
 
 def application_key(
@@ -137,12 +143,13 @@ def application_key(
     return (namespace, spec.app_group, spec.app_kind, spec.app_name)
 
 
-def _attachment_application(obj: Obj) -> list[tuple[str, str, str, str]]:
-    return [application_key(obj)]
+def _attachment_application(view: AttachmentView) -> list[tuple[str, str, str, str]]:
+    spec = view.spec
+    return [(view.namespace, spec.app_group, spec.app_kind, spec.app_name)]
 
 
-def _attachment_vm_mode(obj: Obj) -> list[bool]:
-    return [True] if spec_of(obj).vm_mode else []
+def _attachment_vm_mode(view: AttachmentView) -> list[bool]:
+    return [True] if view.spec.vm_mode else []
 
 
 def _release_application(obj: Obj) -> list[tuple[str, str, str, str]]:
@@ -179,9 +186,9 @@ def _claim_class(obj: Obj) -> list[str]:
     return [name] if name else []
 
 
-def _attachment_held_back(obj: Obj) -> list[bool]:
-    status = obj.get("status") or {}
-    if not isinstance(status, Mapping) or status.get("serviceName"):
+def _attachment_held_back(view: AttachmentView) -> list[bool]:
+    status = view.status
+    if status.get("serviceName"):
         return []
     waiting = any(
         isinstance(c, Mapping)
@@ -219,7 +226,7 @@ INDEXERS: Final[Mapping[Resource, Mapping[str, Indexer]]] = {
         BY_ENDPOINT: _attachment_endpoint,
         BY_CLAIM: _attachment_claim,
         BY_APPLICATION: _attachment_application,
-        BY_NAMESPACE: _namespace,
+        BY_NAMESPACE: _attachment_namespace,
         VM_MODE: _attachment_vm_mode,
         HELD_BACK: _attachment_held_back,
     },
@@ -246,7 +253,7 @@ def slim_pod(pod: Obj) -> Obj:
 
 # The typed views kept beside each stored version (``Store.view_of``): an attachment's spec is read
 # by the indexes, the map functions, the read model and the planner, and typed once per version.
-VIEWS: Final[Mapping[Resource, View]] = {ATTACHMENTS: spec_of}
+VIEWS: Final[Mapping[Resource, View]] = {ATTACHMENTS: attachment_view}
 
 # How the operator caches each kind, for every wiring to declare: the named indexes, objects slimmed
 # on arrival, only the unfinished Pods, and the substrate's kinds optional.
@@ -304,8 +311,8 @@ class World:
 
     def spec(self, attachment: Mapping[str, Any]) -> AttachmentSpec:
         """The attachment's typed spec, as the store keeps it for its stored version."""
-        spec: AttachmentSpec = self.attachments.view_of(attachment)  # type: ignore[arg-type]
-        return spec
+        view: AttachmentView = self.attachments.view_of(attachment)  # type: ignore[arg-type]
+        return view.spec
 
     def substrate_served(self) -> bool:
         served = self.caches.served

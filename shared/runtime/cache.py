@@ -121,7 +121,9 @@ log = logging.getLogger(__name__)
 
 Key = tuple[str, str]  # (namespace, name); "" namespace for cluster-scoped objects
 ChangeHandler = Callable[[Obj | None, Obj | None], None]
-Indexer = Callable[[Obj], Iterable[Hashable]]  # the index values an object is filed under
+# The index values an object is filed under, given the object (or, where its cache declares a view,
+# its typed view).
+Indexer = Callable[[Any], Iterable[Hashable]]
 View = Callable[[Obj], Any]  # an object's typed view (an operator's ``api.py`` defines it)
 
 # The first pause before listing again: long enough not to spin on a server that refuses at once,
@@ -191,7 +193,8 @@ def _version(obj: Obj) -> str:
 
 
 class Store:
-    """Objects of one kind by Key, with named indexes kept on every upsert/delete.
+    """Objects of one kind by Key, with named indexes kept on every upsert/delete, and, when ``view``
+    is given, each stored version's typed view (computed once, before the indexers, which read it).
 
     An indexer runs before anything changes, so one that raises leaves the store as it was.
     ``index`` lists objects in key order (so what a reader builds from it is deterministic)."""
@@ -248,9 +251,10 @@ class Store:
     def upsert(self, obj: Obj) -> Obj | None:
         """Store ``obj`` under its key; returns the previous version (None: it is new)."""
         key = key_of(obj)
-        values = {name: frozenset(indexer(obj)) for name, indexer in self._indexers.items()}
+        view = self._view(obj) if self._view is not None else obj
+        values = {name: frozenset(indexer(view)) for name, indexer in self._indexers.items()}
         if self._view is not None:
-            self._views[key] = self._view(obj)
+            self._views[key] = view
         previous = self._objects.get(key)
         self._objects[key] = obj
         for name, filed_under in values.items():
