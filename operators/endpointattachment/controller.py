@@ -16,20 +16,22 @@ Decides: the glue, and only the glue.
   VM-mode attachments, and v1 Endpoints only the attachment whose rendered Service they are of; a
   HelmRelease wakes the attachments naming its application. The runtime drops the echo of our own
   writes by resourceVersion and never wakes the pass that wrote.
-* **a pass**: builds ``Observed`` from the caches (``world``), asks the pure ``reconcile`` for a
-  plan, and applies it: the attachment's metadata (our finalizer, the owner reference to the
-  application and its lineage labels) in one patch, a minted claim (then decides again at once: the
-  write's answer is already in the cache), surplus claims and Services of ours deleted, the Service
-  created, patched or deleted, the one ``PROGRAMMED_ANNOTATION`` touch, and the status. The pass
-  that mints the claim, creates the Service or puts back its withdrawn backends (``Plan.restoring``)
-  holds the status back (``STATUS_HOLD_SECONDS``) while it only waits for the substrate's, the load
-  balancer's or the endpoints controllers' answer: the answer usually comes first
-  and the pass it wakes writes the status once, Provisioned. A pass never decides while a substrate
-  CRD is established but its informer has not listed yet (it looks again in ``CATCH_UP_SECONDS``).
+* **a pass**: builds ``Observed`` from the caches (``world``), asks the pure ``reconcile`` for a plan,
+  and applies it: the attachment's metadata (our finalizer, the owner reference to the application and
+  its lineage labels) in one patch, a minted claim (then ``Result(again=True)``: the runtime decides
+  again once the write's answer is in the cache), surplus claims and Services of ours deleted, the
+  Service created, patched or deleted, the one ``PROGRAMMED_ANNOTATION`` touch, and the status. The
+  pass that mints the claim, creates the Service or puts back its withdrawn backends
+  (``Plan.restoring``) holds the status back (``STATUS_HOLD_SECONDS``) while it only waits for the
+  substrate's, the load balancer's or the endpoints controllers' answer: the answer usually comes
+  first and the pass it wakes writes the status once, Provisioned. A pass never decides while a
+  substrate CRD is established but its informer has not listed yet (it looks again in
+  ``CATCH_UP_SECONDS``).
 * the API's refusal of the Service or of a minted claim (400, 403, 422) is remembered per attachment
-  (``reconcile.ServiceRefusal``) and handed to the next decision, which reports it and does not send
-  the same request again; no traceback, no backoff loop. What is remembered is lost on a restart:
-  the first pass then sends the request once more.
+  (``reconcile.ServiceRefusal``, in a runtime ``Memory`` dropped with the attachment) and handed to
+  the next decision, which reports it and does not send the same request again; no traceback, no
+  backoff loop. What is remembered is lost on a restart: the first pass then sends the request once
+  more.
 * **deletion**: our finalizer holds the attachment until its Services are gone (one without a
   finalizer is gone when its DELETE is answered, and the same pass releases ours); each deletion of a
   proxied Service of ours (or a change of it) gets the other proxied Services that selected its pods
