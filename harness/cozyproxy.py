@@ -35,6 +35,14 @@ plane:
 What it does not model: nftables itself, conntrack, the 12-hour informer resync and the start-up
 cleanup (a restarted cozy-proxy repairs everything; the operator must not rely on that).
 
+Not declared on the project's runtime (as ``harness/substrate.py`` is), on purpose: cozy-proxy acts in
+its informers' event handlers (``AddFunc``/``UpdateFunc``/``DeleteFunc``, no work queue), on each
+event as it comes, and what the model must show follows from that: the race above, a Service
+programmed again on every update of it and on a re-list (which hands every object over again), and
+``programs`` counting each. A ``Wiring`` folds a burst of changes into one ``reconcile(key)`` over
+the caches as they are then, and the runtime's informer hands over only what changed on a re-list,
+so the model would lose exactly those. It keeps its own followers.
+
 ``on_service`` and ``on_endpoints`` take events (so unit tests drive the model without a cluster);
 ``run`` feeds them from watches of one namespace (``harness.following``). Queries: ``reaches``
 (which pod IP an address reaches, with NAT and SNAT agreeing), ``pod_reached`` (its pod name),

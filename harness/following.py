@@ -1,5 +1,6 @@
-"""Following the real API for the test world's models (``cozyproxy``, ``substrate``): what their
-controllers' informers do, reduced to what the models need.
+"""Following the real API for the test world's event-driven models (``cozyproxy``; the substrate model
+runs on the project's runtime instead): what their controllers' informers do, reduced to what the
+models need.
 
 Decides: how a model follows one kind, LIST then WATCH for ever, and after a broken watch (410 Gone,
 an ERROR event, an API error) LIST again with replace semantics (what vanished meanwhile is handed

@@ -98,11 +98,17 @@ model the address finalizers (addresses
 are deleted outright), ``spec.addressName`` pre-binding, static (``providerRef``) addresses, the
 ``Conflict`` phase, or the substrate's own admission.
 
-Shape (as ``harness/cozyproxy.py``): ``on_event`` feeds a watch event into the caches,
-``plan(now)`` is pure and returns the writes both controllers would make (``Write``, data), and
-``run``/``substrate`` feed the caches from LIST+WATCH of the real API (planning nothing until every
-kind listed once) and apply each plan, echoing each answer into the caches. Unit tests drive
-``on_event``/``plan``/``on_conflict`` without a cluster.
+Shape: both controllers are one controller declared on the project's runtime (``shared/runtime``):
+``wiring`` has one key for the whole substrate (``MODEL_KEY``: every change of a class, the primary
+kind, and of a claim, an address, a Service or a rendered MetalLB object wakes it, as each real
+controller answers an event from the whole world it caches) and a ``Cache`` per kind, kept as
+listed (``managedFields`` too: a pin's Update sends the cached Service whole). The model reads the
+runtime's stores (``stores``); ``plan(now)`` is pure and returns the writes both controllers would
+make (``Write``, data); ``SubstrateController.reconcile`` plans and applies one plan, each answer
+handed to its informer by the runtime's ``Writer`` (write-through), and asks the runtime to decide
+again until a plan is empty. ``substrate`` runs it on a ``Manager`` of its own (no leader election;
+no pass before every kind listed once). Unit tests feed the stores with ``on_event`` (as an
+informer would) and drive ``plan``/``on_conflict`` without a cluster.
 """
 
 from __future__ import annotations
@@ -110,16 +116,27 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ipaddress
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Iterable, Iterator, Mapping, Sequence, ValuesView
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
+from operator import itemgetter
 from typing import Any, Final, Literal
 
+from opentelemetry.trace import NoOpTracerProvider
+from prometheus_client import CollectorRegistry
+
 from hack.substrate import PLACEHOLDER_NAMESPACE, pool_name
-from harness.following import follow, notify, object_key, wait_until
+from harness.following import cancel_all, notify, object_key, wait_until
 from shared.conditions import FALSE, TRUE, Condition, render, rfc3339, same_condition
 from shared.kube import ApiError, Kube, Obj
 from shared.resources import SERVICES, Resource
+from shared.runtime import controller as runtime
+from shared.runtime.cache import Store
+from shared.runtime.controller import Cache, Caches, Conflict, Result, Watch, Wiring
+from shared.runtime.manager import Manager
+from shared.runtime.reads import Reads
+from shared.runtime.writes import Writer
+from shared.telemetry.tracing import Tracing
 
 API_VERSION: Final = "local.sdn.cozystack.io/v1alpha1"
 CLASSES: Final = Resource(API_VERSION, "ipaddressclasses", namespaced=False)
@@ -127,6 +144,8 @@ ADDRESSES: Final = Resource(API_VERSION, "ipaddresses", namespaced=False)
 CLAIMS: Final = Resource(API_VERSION, "ipaddressclaims")
 POOLS: Final = Resource("metallb.io/v1beta1", "ipaddresspools")
 L2_ADVERTISEMENTS: Final = Resource("metallb.io/v1beta1", "l2advertisements")
+# Every kind the model reads, one store each (MetalLB's only in its namespace).
+KINDS: Final = (CLASSES, CLAIMS, ADDRESSES, SERVICES, POOLS, L2_ADVERTISEMENTS)
 
 # The published annotation marking the class of claims that name none.
 DEFAULT_CLASS_ANNOTATION: Final = "ipaddressclass.local.sdn.cozystack.io/is-default-class"
@@ -183,6 +202,9 @@ CONFLICT: Final = 409
 RETRY_SECONDS: Final = 0.5
 # A plan applied this many times in a row without settling is a bug in the model, not a world.
 MAX_PASSES: Final = 20
+# The controller's name (its queue's, its metrics'), and the one key every change wakes.
+CONTROLLER_NAME: Final = "substrate-model"
+MODEL_KEY: Final = ("", "substrate")
 
 Key = tuple[str, str]
 Verb = Literal["create", "patch", "update", "status", "apply", "delete"]
@@ -316,6 +338,65 @@ def resolve_class(claim: Mapping[str, Any], classes: Mapping[str, Obj]) -> Resol
     return Resolution(defaults[0], REASON_RESOLVED, resolved_message(defaults[0]))
 
 
+class ByKey(Mapping[Key, Obj]):
+    """A store read as a mapping by (namespace, name): read through, never copied."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __getitem__(self, key: Key) -> Obj:
+        obj = self.store.get(key)
+        if obj is None:
+            raise KeyError(key)
+        return obj
+
+    def __iter__(self) -> Iterator[Key]:
+        return iter(self.store.keys())
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self.store
+
+    def values(self) -> ValuesView[Obj]:
+        return self.store.values()
+
+
+class ByName(Mapping[str, Obj]):
+    """A store of a cluster-scoped kind read as a mapping by name: read through, never copied."""
+
+    __slots__ = ("store",)
+
+    def __init__(self, store: Store) -> None:
+        self.store = store
+
+    def __getitem__(self, name: str) -> Obj:
+        obj = self.store.get(("", name))
+        if obj is None:
+            raise KeyError(name)
+        return obj
+
+    def __iter__(self) -> Iterator[str]:
+        return map(itemgetter(1), self.store.keys())
+
+    def __len__(self) -> int:
+        return len(self.store)
+
+    def __contains__(self, name: object) -> bool:
+        return ("", name) in self.store
+
+    def values(self) -> ValuesView[Obj]:
+        return self.store.values()
+
+
+def plain_stores() -> dict[Resource, Store]:
+    """A store per kind the model reads, fed by ``on_event`` (unit tests: no cluster, no runtime)."""
+    return {resource: Store() for resource in KINDS}
+
+
 @dataclass
 class SubstrateModel:
     """The substrate's core controller and MetalLB driver, as the module docstring describes them."""
@@ -325,15 +406,17 @@ class SubstrateModel:
     placeholder_namespace: str = PLACEHOLDER_NAMESPACE
     # Whether MetalLB serves L2Advertisement (the integration test renders it; unit tests may not).
     l2_advertisements: bool = True
-    classes: dict[str, Obj] = field(default_factory=dict)
-    claims: dict[Key, Obj] = field(default_factory=dict)
-    addresses: dict[str, Obj] = field(default_factory=dict)
-    services: dict[Key, Obj] = field(default_factory=dict)
-    rendered: dict[tuple[str, str], Obj] = field(default_factory=dict)  # (plural, name) -> MetalLB object
+    # What it reads, a store per kind: the runtime's informers' on a cluster (``substrate``).
+    stores: Mapping[Resource, Store] = field(default_factory=plain_stores)
     taken: set[str] = field(default_factory=set)  # IPAddress names a create was refused (409)
     log: list[str] = field(default_factory=list)
 
     def __post_init__(self) -> None:
+        # The stores under the keys the planning code reads them by.
+        self.classes: Mapping[str, Obj] = ByName(self.stores[CLASSES])
+        self.claims: Mapping[Key, Obj] = ByKey(self.stores[CLAIMS])
+        self.addresses: Mapping[str, Obj] = ByName(self.stores[ADDRESSES])
+        self.services: Mapping[Key, Obj] = ByKey(self.stores[SERVICES])
         self.changed = asyncio.Condition()
         # Set once every kind was listed and the first reconcile after that is done.
         self.synced = asyncio.Event()
@@ -342,34 +425,29 @@ class SubstrateModel:
         self._held: dict[str, list[Key]] = {}  # IP -> the driver's placeholders holding it, per plan
         self._provisioning: set[Key] = set()  # placeholders provisioning uses in this plan
 
+    @property
+    def rendered(self) -> dict[tuple[str, str], Obj]:
+        """The driver's MetalLB objects by (plural, name)."""
+        kinds = (POOLS, L2_ADVERTISEMENTS)
+        return {
+            (resource.plural, name): obj
+            for resource in kinds
+            if resource in self.stores
+            for (_, name), obj in self.stores[resource].items()
+        }
+
     # --- events ----------------------------------------------------------------------------------
 
-    def _cache(self, resource: Resource) -> dict[Any, Obj]:
-        caches: dict[str, dict[Any, Obj]] = {
-            CLASSES.plural: self.classes,
-            CLAIMS.plural: self.claims,
-            ADDRESSES.plural: self.addresses,
-            SERVICES.plural: self.services,
-        }
-        return caches.get(resource.plural, self.rendered)
-
-    def _cache_key(self, resource: Resource, obj: Mapping[str, Any]) -> Any:
-        if resource in (CLASSES, ADDRESSES):
-            return _key(obj)[1]
-        if resource in (CLAIMS, SERVICES):
-            return _key(obj)
-        return resource.plural, _key(obj)[1]
-
     def on_event(self, resource: Resource, kind: str, obj: Obj) -> None:
-        """A watch event (ADDED, MODIFIED, DELETED) of one of the kinds the model follows.
-
-        An event older than what the cache holds for the same object (the answer to our own write
-        is echoed in before the watch delivers the versions before it) is ignored."""
-        cache, key = self._cache(resource), self._cache_key(resource, obj)
+        """A watch event (ADDED, MODIFIED, DELETED) of one of the kinds the model reads, into its
+        store as the runtime's informer takes it: an event older than what the store holds for the
+        same object (the answer to our own write is in before the watch delivers the versions
+        before it) is ignored."""
+        store, key = self.stores[resource], _key(obj)
         if kind == "DELETED":
-            cache.pop(key, None)
-        elif not _older(obj, cache.get(key)):
-            cache[key] = obj
+            store.delete(key)
+        elif not _older(obj, store.get(key)):
+            store.upsert(obj)
 
     def on_conflict(self, write: Write) -> None:
         """A create refused with 409: the name (an IP's lock) is taken; the next plan skips it."""
@@ -452,8 +530,9 @@ class SubstrateModel:
                     "spec": {"ipAddressPools": [pool]},
                 }
         resources = {POOLS.plural: POOLS, L2_ADVERTISEMENTS.plural: L2_ADVERTISEMENTS}
+        rendered = self.rendered
         for (plural, name), obj in wanted.items():
-            have = self.rendered.get((plural, name))
+            have = rendered.get((plural, name))
             if have is None or any(have.get("spec", {}).get(k) != v for k, v in obj["spec"].items()):
                 writes.append(
                     Write(
@@ -465,8 +544,8 @@ class SubstrateModel:
                         f"render {plural} {name}",
                     )
                 )
-        for plural, name in sorted(self.rendered.keys() - wanted.keys()):
-            labels = _meta(self.rendered[(plural, name)]).get("labels") or {}
+        for plural, name in sorted(rendered.keys() - wanted.keys()):
+            labels = _meta(rendered[(plural, name)]).get("labels") or {}
             if labels.get(MANAGED_BY_LABEL) == MANAGED_BY:
                 writes.append(
                     Write("delete", resources[plural], name, self.metallb_namespace, why="class gone")
@@ -937,7 +1016,8 @@ class SubstrateModel:
 
     # --- driven by the cluster -------------------------------------------------------------------
 
-    async def _notify(self) -> None:
+    async def notify(self) -> None:
+        """Waiters re-check (after each decision of its controller)."""
         await notify(self.changed)
 
     async def wait_for(self, predicate: Callable[[SubstrateModel], bool], timeout: float, what: str) -> None:
@@ -949,108 +1029,136 @@ class SubstrateModel:
             lambda: f"{what} (substrate model: log={self.log[-10:]})",
         )
 
-    async def apply(self, kube: Kube, writes: Iterable[Write]) -> bool:
-        """Send the writes in order, echoing each answer into the caches; False if one failed (the
-        rest of that plan is dropped: the next pass plans again from what is known then). A create
-        refused as a taken name is not a failure: ``on_conflict`` records it."""
+
+# --- declared on the runtime ---------------------------------------------------------------------
+
+
+def the_substrate(obj: Obj) -> Key:
+    """Which key a class change wakes: the one pass over the whole substrate."""
+    return MODEL_KEY
+
+
+def whole_substrate(caches: Caches, obj: Obj) -> Iterable[Key]:
+    """Which keys a change of any other kind the model reads wakes: the one pass."""
+    return (MODEL_KEY,)
+
+
+def wiring(*, metallb_namespace: str = METALLB_NAMESPACE, l2_advertisements: bool = True) -> Wiring:
+    """Both controllers as one: classes (never written) the primary kind, every other kind read
+    watched, one key for all; each kind cached as listed, MetalLB's only in its namespace."""
+    rendered = (POOLS, L2_ADVERTISEMENTS) if l2_advertisements else (POOLS,)
+    return Wiring(
+        name=CONTROLLER_NAME,
+        primary=CLASSES,
+        key=the_substrate,
+        watches=tuple(Watch(kind, map=whole_substrate) for kind in (CLAIMS, ADDRESSES, SERVICES, *rendered)),
+        writes=(
+            runtime.Write(CLAIMS, ("patch",)),
+            runtime.Write(CLAIMS, ("patch",), "status"),
+            runtime.Write(ADDRESSES, ("create", "patch", "delete")),
+            runtime.Write(ADDRESSES, ("patch",), "status"),
+            runtime.Write(SERVICES, ("create", "update", "delete")),
+            *(runtime.Write(kind, ("create", "patch", "delete")) for kind in rendered),
+        ),
+        caches=(
+            *(Cache(kind, transform=None) for kind in (CLASSES, CLAIMS, ADDRESSES, SERVICES)),
+            *(
+                Cache(kind, transform=None, field_selector=f"metadata.namespace={metallb_namespace}")
+                for kind in rendered
+            ),
+        ),
+    )
+
+
+class SubstrateController:
+    """The reconciler: one decision is a plan from the stores, applied (see the module docstring)."""
+
+    def __init__(
+        self, model: SubstrateModel, kube: Kube, writer: Writer, reads: Mapping[Resource, Reads]
+    ) -> None:
+        self.model, self.kube, self.writer = model, kube, writer
+        self.reads = reads  # of the kinds it Updates: a stale Update reads the object again
+        self.unsettled = 0  # plans applied in a row without an empty one
+
+    async def reconcile(self, key: Key) -> Result:
+        """Plan and apply; decided again at once while a plan was applied, after a pause when a
+        write failed, and not at all once a plan is empty (or after ``MAX_PASSES`` plans in a row:
+        the next change wakes it)."""
+        model = self.model
+        writes = model.plan(rfc3339(datetime.now(UTC)))
+        if writes and self.unsettled < MAX_PASSES:
+            self.unsettled += 1
+            applied = await self.apply(writes)
+            await model.notify()
+            return Result(again=True) if applied else Result(requeue_after=RETRY_SECONDS)
+        if writes:
+            model.log.append(f"no fixed point after {MAX_PASSES} passes: {writes[:3]}")
+        self.unsettled = 0
+        model.synced.set()
+        await model.notify()
+        return Result()
+
+    async def apply(self, writes: Iterable[Write]) -> bool:
+        """Send the writes in order, each answer handed to its informer (write-through); False if one
+        failed (the rest of that plan is dropped: the next pass plans again from what is known then).
+        A create refused as a taken name is not a failure: ``on_conflict`` records it."""
+        log = self.model.log
         for write in writes:
             try:
-                if write.verb == "create":
-                    answer = await kube.create(write.path(), write.body or {})
-                elif write.verb == "apply":
-                    answer = await kube.apply(write.path(), write.body or {}, FIELD_MANAGER)
-                elif write.verb == "delete":
-                    await kube.delete(write.path())
-                    self.log.append(f"delete {write.resource.plural}/{write.name}: {write.why}")
-                    self.on_event(write.resource, "DELETED", gone_obj(write))
+                if write.verb == "delete":  # by name, as the controllers delete: no UID precondition
+                    await self.writer.delete(write.resource, gone_obj(write), forget=True)
+                    log.append(f"delete {write.resource.plural}/{write.name}: {write.why}")
                     continue
-                elif write.verb == "update":
-                    answer = await kube.replace(write.path(), write.body or {})
-                else:
-                    answer = await kube.patch(write.path(), write.body, "merge")
+                answer = await self.send(write)
             except ApiError as error:
                 if error.status == CONFLICT and write.verb == "create":
-                    self.on_conflict(write)  # the name is taken: the next pass takes the next IP
+                    self.model.on_conflict(write)  # the name is taken: the next pass takes the next IP
                     continue
                 if error.status == CONFLICT and write.verb == "update":
-                    # A stale resourceVersion: read the object again; the next pass plans from it.
-                    fresh = await kube.get(write.path())
-                    self.on_event(
-                        write.resource, "DELETED" if fresh is None else "MODIFIED", fresh or gone_obj(write)
-                    )
+                    await self.read_again(write)  # a stale resourceVersion: the next pass plans from it
                     continue
-                self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {error}")
+                log.append(f"{write.verb} {write.resource.plural}/{write.name}: {error}")
                 return False
-            self.log.append(f"{write.verb} {write.resource.plural}/{write.name}: {write.why}")
-            self.on_event(write.resource, "MODIFIED", answer)
+            except Conflict as error:  # a delete refused (409)
+                log.append(f"{write.verb} {write.resource.plural}/{write.name}: {error}")
+                return False
+            log.append(f"{write.verb} {write.resource.plural}/{write.name}: {write.why}")
+            self.writer.remember(write.resource, answer)
         return True
 
-    async def reconcile(self, kube: Kube) -> None:
-        """Plan and apply until the plan is empty (or a write failed: retried after a pause)."""
-        for _ in range(MAX_PASSES):
-            writes = self.plan(rfc3339(datetime.now(UTC)))
-            if not writes:
-                return
-            if not await self.apply(kube, writes):
-                await self._notify()
-                await asyncio.sleep(RETRY_SECONDS)  # the pause before planning again after a failure
-            await self._notify()
-        self.log.append(f"no fixed point after {MAX_PASSES} passes: {self.plan('')[:3]}")
+    async def send(self, write: Write) -> Obj:
+        """The request the controllers send (the client's own: nothing is stamped on the body)."""
+        if write.verb == "create":
+            return await self.kube.create(write.path(), write.body or {})
+        if write.verb == "apply":
+            return await self.kube.apply(write.path(), write.body or {}, FIELD_MANAGER)
+        if write.verb == "update":
+            return await self.kube.replace(write.path(), write.body or {})
+        return await self.kube.patch(write.path(), write.body, "merge")
 
-    async def run(self, kube: Kube) -> None:
-        """Follow every kind the substrate reads; reconcile after each batch of events, never before
-        every kind has been listed once."""
-        kinds: list[tuple[Resource, str | None]] = [
-            (CLASSES, None),
-            (CLAIMS, None),
-            (ADDRESSES, None),
-            (SERVICES, None),
-            (POOLS, self.metallb_namespace),
-        ]
-        if self.l2_advertisements:
-            kinds.append((L2_ADVERTISEMENTS, self.metallb_namespace))
-        wake = asyncio.Event()
-        synced = [asyncio.Event() for _ in kinds]
-
-        def handler(resource: Resource) -> Callable[[str, Obj], None]:
-            return lambda kind, obj: self.on_event(resource, kind, obj)
-
-        def after(done: asyncio.Event) -> Callable[[], Awaitable[None]]:
-            async def woken() -> None:
-                done.set()
-                wake.set()
-
-            return woken
-
-        followers = [
-            asyncio.create_task(follow(kube, resource, namespace, handler(resource), after(done)))
-            for (resource, namespace), done in zip(kinds, synced, strict=True)
-        ]
-        try:
-            await asyncio.gather(*(done.wait() for done in synced))
-            while True:
-                await wake.wait()
-                wake.clear()
-                await self.reconcile(kube)
-                self.synced.set()
-                await self._notify()
-        finally:
-            for task in followers:
-                task.cancel()
-            for task in followers:
-                with contextlib.suppress(asyncio.CancelledError):
-                    await task
+    async def read_again(self, write: Write) -> None:
+        """The object as the API has it now, into its cache (gone: out of it)."""
+        fresh = await self.reads[write.resource].get(write.namespace, write.name)
+        if fresh is not None:
+            self.writer.remember(write.resource, fresh)
+        elif (informer := self.writer.informer_of(write.resource)) is not None:
+            informer.forget(_key(gone_obj(write)))
 
 
 @contextlib.asynccontextmanager
 async def substrate(kube: Kube, *, l2_advertisements: bool = True) -> AsyncIterator[SubstrateModel]:
     """The model, following the cluster's classes, claims, addresses, Services and its MetalLB
-    objects for the duration (the substrate's CRDs and MetalLB's must be installed)."""
-    model = SubstrateModel(l2_advertisements=l2_advertisements)
-    task = asyncio.create_task(model.run(kube), name="substrate-model")
+    objects for the duration (the substrate's CRDs and MetalLB's must be installed): a ``Manager`` of
+    its own on ``kube`` (which stays the caller's to close), without leader election."""
+    manager = Manager(kube, CollectorRegistry(), Tracing(NoOpTracerProvider(), CONTROLLER_NAME))
+    declared = wiring(l2_advertisements=l2_advertisements)
+    manager.declare_caches(declared)
+    stores = {kind: manager.store(kind) for kind in declared.resources()}
+    model = SubstrateModel(l2_advertisements=l2_advertisements, stores=stores)
+    reconciler = SubstrateController(model, kube, manager.writer, {SERVICES: manager.reads(SERVICES, "get")})
+    manager.add(declared, reconciler).queue.add(MODEL_KEY)  # the first pass, whatever the world holds
+    task = asyncio.create_task(manager.run(), name=CONTROLLER_NAME)
     try:
         yield model
     finally:
-        task.cancel()
-        with contextlib.suppress(asyncio.CancelledError):
-            await task
+        await cancel_all([task])
