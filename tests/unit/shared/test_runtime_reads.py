@@ -2,13 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, cast
-
 import pytest
 from opentelemetry.trace import NoOpTracerProvider
 from prometheus_client import CollectorRegistry
 
-from shared.kube import Kube, Obj
+from harness.memapi import MemApi
 from shared.resources import Resource
 from shared.runtime.manager import Manager
 from shared.runtime.reads import GET, LIST, Reads
@@ -17,29 +15,18 @@ from shared.telemetry.tracing import Tracing
 GADGETS = Resource("example.com/v1", "gadgets")
 
 
-class Api:
-    def __init__(self) -> None:
-        self.calls: list[tuple[str, str]] = []
-
-    async def get(self, path: str) -> Obj | None:
-        self.calls.append(("get", path))
-        return None
-
-    async def list(self, path: str, **kwargs: Any) -> Obj:
-        self.calls.append(("list", path))
-        return {"items": []}
-
-
 async def test_a_read_uses_its_declared_verbs_only() -> None:
-    api = Api()
-    reads = Reads(cast(Kube, api), GADGETS, frozenset({GET}))
+    api = MemApi()
+    reads = Reads(api, GADGETS, frozenset({GET}))
     assert await reads.get("ns", "g") is None
     with pytest.raises(PermissionError, match="list gadgets was not declared"):
         await reads.list("ns")
-    assert api.calls == [("get", "/apis/example.com/v1/namespaces/ns/gadgets/g")]
+    assert [(r.verb, r.path) for r in api.requests] == [
+        ("get", "/apis/example.com/v1/namespaces/ns/gadgets/g")
+    ]
 
 
 def test_a_declared_read_is_a_required_grant() -> None:
-    manager = Manager(cast(Kube, Api()), CollectorRegistry(), Tracing(NoOpTracerProvider(), "test"))
+    manager = Manager(MemApi(), CollectorRegistry(), Tracing(NoOpTracerProvider(), "test"))
     manager.reads(GADGETS, GET, LIST)
     assert manager.required_rules() == {("example.com", "gadgets"): frozenset({"get", "list"})}
