@@ -1,20 +1,15 @@
-"""The substrate model declared on the project's runtime (``harness.substrate.wiring`` and
-``SubstrateController``), without a cluster: what it caches and wakes, and its passes against a tiny
-API whose answers the runtime's ``Writer`` hands to the informers' stores (write-through): a claim
-bound in one pass of several decisions, a taken name (409) skipped, and nothing written again."""
+"""The substrate model declared on the project's runtime (``harness.substrate.wiring``, run by
+``substrate``), without a cluster: what it caches and wakes, and the whole model over the in-memory
+API (``harness.memapi``: real informers, the runtime's ``Writer``, the client's own verbs): a claim
+bound with the API's answers in the stores, a taken name (409) skipped, a restarted model writing
+nothing, and a failed write planned again."""
 
 from __future__ import annotations
 
-import asyncio
-import copy
-import itertools
-from collections.abc import Mapping
-from typing import Any, cast
+from collections.abc import Callable
+from typing import Final
 
-from opentelemetry.trace import NoOpTracerProvider
-from prometheus_client import CollectorRegistry
-
-from harness.mergepatch import merge_patch
+from harness.memapi import MemApi
 from harness.substrate import (
     ADDRESSES,
     CLAIMS,
@@ -24,144 +19,99 @@ from harness.substrate import (
     METALLB_PROVISIONER,
     MODEL_KEY,
     POOLS,
-    SubstrateController,
     SubstrateModel,
     address_name,
+    substrate,
     wiring,
 )
-from shared.kube import ApiError, Kube, Obj
+from shared.kube import ApiError
 from shared.resources import SERVICES
-from shared.runtime.controller import Result
-from shared.runtime.manager import Manager
-from shared.telemetry.tracing import Tracing
 
-NS = "tenant-a"
-
-
-class Api:
-    """The verbs ``SubstrateController`` sends, by path (a create's name taken: 409)."""
-
-    def __init__(self) -> None:
-        self.objects: dict[str, Obj] = {}
-        self.versions = itertools.count(1)
-        self.sent: list[tuple[str, str]] = []
-
-    def put(self, path: str, obj: Obj) -> Obj:
-        metadata = obj.setdefault("metadata", {})
-        metadata.setdefault("uid", f"uid-{path}")
-        metadata["resourceVersion"] = str(next(self.versions))
-        self.objects[path] = obj
-        return copy.deepcopy(obj)
-
-    async def create(self, path: str, body: Mapping[str, Any]) -> Obj:
-        self.sent.append(("create", path))
-        named = f"{path}/{body['metadata']['name']}"
-        if named in self.objects:
-            raise ApiError(409, "AlreadyExists", f"{named} exists")
-        return self.put(named, copy.deepcopy(dict(body)))
-
-    async def apply(self, path: str, obj: Mapping[str, Any], field_manager: str) -> Obj:
-        self.sent.append(("apply", path))
-        return self.put(path, copy.deepcopy(dict(obj)))
-
-    async def replace(self, path: str, body: Mapping[str, Any]) -> Obj:
-        self.sent.append(("update", path))
-        return self.put(path, {**copy.deepcopy(dict(body)), "status": self.objects[path].get("status")})
-
-    async def patch(self, path: str, patch: Any, kind: str = "json") -> Obj:
-        self.sent.append(("patch", path))
-        target = path.removesuffix("/status")
-        patch = copy.deepcopy(patch)
-        (patch.get("metadata") or {}).pop("resourceVersion", None)
-        return self.put(target, merge_patch(self.objects[target], patch))
-
-    async def delete(self, path: str, *, uid: str | None = None, **options: Any) -> bool:
-        self.sent.append(("delete", path))
-        return self.objects.pop(path, None) is not None
-
-    async def get(self, path: str) -> Obj | None:
-        found = self.objects.get(path)
-        return copy.deepcopy(found) if found is not None else None
-
-
-def declared(api: Api) -> tuple[SubstrateModel, SubstrateController]:
-    manager = Manager(cast(Kube, api), CollectorRegistry(), Tracing(NoOpTracerProvider(), "test"))
-    substrate = wiring()
-    manager.declare_caches(substrate)
-    model = SubstrateModel(stores={kind: manager.store(kind) for kind in substrate.resources()})
-    controller = SubstrateController(
-        model, cast(Kube, api), manager.writer, {SERVICES: manager.reads(SERVICES, "get")}
-    )
-    manager.add(substrate, controller)
-    return model, controller
-
-
-def seen(api: Api, model: SubstrateModel, path: str, resource: Any, obj: Obj) -> None:
-    """An object someone else made, in the API and (as its watch event) in the model's store."""
-    stored = api.put(path, copy.deepcopy(obj))
-    model.on_event(resource, "ADDED", stored)
-
-
-async def settle(controller: SubstrateController) -> list[Result]:
-    """One pass: decisions until one asks for nothing more (the runtime's ``decide``, unbounded)."""
-    results = []
-    for _ in range(20):
-        results.append(await controller.reconcile(MODEL_KEY))
-        await asyncio.sleep(0)  # the answers enter the stores, as the runtime yields after a decision
-        if not results[-1].again:
-            return results
-    raise AssertionError(f"no fixed point: {controller.model.log}")
-
-
-def a_world() -> tuple[Api, SubstrateModel, SubstrateController]:
-    api = Api()
-    model, controller = declared(api)
-    public = {
-        "metadata": {"name": "public", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
-        "spec": {"provisioner": METALLB_PROVISIONER, "parameters": {"addresses": ["198.51.100.0/30"]}},
-    }
-    seen(api, model, CLASSES.path(None, "public"), CLASSES, public)
-    claim = {"metadata": {"name": "c1", "namespace": NS}, "spec": {"family": "IPv4"}}
-    seen(api, model, CLAIMS.path(NS, "c1"), CLAIMS, claim)
-    return api, model, controller
+NS: Final = "tenant-a"
+TIMEOUT: Final = 5.0
+FIRST, SECOND = "198.51.100.0", "198.51.100.1"
 
 
 def test_the_wiring_caches_every_kind_the_model_reads_and_wakes_one_key() -> None:
-    substrate = wiring()
-    assert set(substrate.resources()) == set(KINDS)
-    assert {cache.resource for cache in substrate.caches} == set(KINDS)
-    assert all(cache.transform is None for cache in substrate.caches)  # kept as listed
-    assert {cache.field_selector for cache in substrate.caches if cache.resource == POOLS} == {
+    substrate_wiring = wiring()
+    assert set(substrate_wiring.resources()) == set(KINDS)
+    assert {cache.resource for cache in substrate_wiring.caches} == set(KINDS)
+    assert all(cache.transform is None for cache in substrate_wiring.caches)  # kept as listed
+    assert {c.field_selector for c in substrate_wiring.caches if c.resource == POOLS} == {
         "metadata.namespace=metallb-system"
     }
-    assert substrate.key({"metadata": {"name": "any"}}) == MODEL_KEY
-    assert all(list(w.map(None, {}) or ()) == [MODEL_KEY] for w in substrate.watches)
-    assert POOLS in wiring(l2_advertisements=False).resources()
-    assert len(wiring(l2_advertisements=False).resources()) == len(KINDS) - 1
+    assert substrate_wiring.key({"metadata": {"name": "any"}}) == MODEL_KEY
+    assert all(list(w.map(None, {})) == [MODEL_KEY] for w in substrate_wiring.watches)
+    without_l2 = wiring(l2_advertisements=False).resources()
+    assert POOLS in without_l2
+    assert len(without_l2) == len(KINDS) - 1
 
 
-async def test_a_claim_is_bound_in_one_pass_its_answers_in_the_stores() -> None:
-    api, model, controller = a_world()
-    results = await settle(controller)
-    assert [r.again for r in results[:-1]] == [True] * (len(results) - 1)
-    assert results[-1] == Result()
-    assert model.synced.is_set()
-    claim = model.claim(NS, "c1")
-    assert claim is not None
-    assert claim["status"]["phase"] == "Bound"
-    assert claim == api.objects[CLAIMS.path(NS, "c1")]  # the stores hold the API's answers
-    assert model.address(address_name("198.51.100.0")) is not None
-    sent = len(api.sent)
-    assert await settle(controller) == [Result()]
-    assert len(api.sent) == sent  # a second pass writes nothing
+def seeded() -> MemApi:
+    """A default class and one claim, as a hoster and a tenant left them."""
+    api = MemApi()
+    api.seed(
+        CLASSES,
+        {
+            "apiVersion": CLASSES.api_version,
+            "kind": "IPAddressClass",
+            "metadata": {"name": "public", "annotations": {DEFAULT_CLASS_ANNOTATION: "true"}},
+            "spec": {"provisioner": METALLB_PROVISIONER, "parameters": {"addresses": ["198.51.100.0/30"]}},
+        },
+    )
+    claim = {"metadata": {"name": "c1", "namespace": NS}, "spec": {"family": "IPv4"}}
+    api.seed(CLAIMS, {"apiVersion": CLAIMS.api_version, "kind": "IPAddressClaim", **claim})
+    return api
 
 
-async def test_a_taken_name_is_skipped_and_the_next_address_provisioned() -> None:
-    api, model, controller = a_world()
-    taken = address_name("198.51.100.0")
-    api.objects[ADDRESSES.path(None, taken)] = {"metadata": {"name": taken}, "spec": {}}  # not watched yet
-    await settle(controller)
-    assert taken in model.taken
-    claim = model.claim(NS, "c1")
-    assert claim is not None
-    assert [a["address"] for a in claim["status"]["addresses"]] == ["198.51.100.1"]
+def bound_to(ip: str) -> Callable[[SubstrateModel], bool]:
+    def holds(model: SubstrateModel) -> bool:
+        status = (model.claim(NS, "c1") or {}).get("status") or {}
+        return status.get("phase") == "Bound" and [a["address"] for a in status["addresses"]] == [ip]
+
+    return holds
+
+
+def writes(api: MemApi) -> list[tuple[str, str, str]]:
+    """What was sent but reads (LIST, WATCH, GET)."""
+    return [(r.verb, r.target.plural, r.target.name) for r in api.requests if r.method != "GET"]
+
+
+async def test_a_claim_is_bound_with_the_api_s_answers_in_the_stores() -> None:
+    api = seeded()
+    async with substrate(api) as model:
+        await model.wait_for(bound_to(FIRST), TIMEOUT, "c1 bound")
+        await model.wait_for(lambda m: m.synced.is_set() and not m.plan(""), TIMEOUT, "settled")
+        assert model.claim(NS, "c1") == api.stored(CLAIMS.path(NS, "c1"))
+        assert model.address(address_name(FIRST)) == api.stored(ADDRESSES.path(None, address_name(FIRST)))
+        placeholders = [key for key in model.services if key[1].startswith("iad-")]
+        assert len(placeholders) == 1
+    sent = len(writes(api))
+    async with substrate(api) as again:  # restarted over the world it made: nothing to write
+        await again.wait_for(lambda m: m.synced.is_set(), TIMEOUT, "the restarted model synced")
+        assert again.log == []
+    assert len(writes(api)) == sent
+
+
+async def test_a_name_taken_meanwhile_is_skipped_for_the_next_address() -> None:
+    api = seeded()
+    taken = address_name(FIRST)
+    # The first address's name taken by another writer between the model's read and its create.
+    api.refuse(
+        ApiError(409, "AlreadyExists", f"{taken} exists"), verb="create", plural="ipaddresses", times=1
+    )
+    async with substrate(api) as model:
+        await model.wait_for(bound_to(SECOND), TIMEOUT, "c1 bound to the next address")
+        assert taken in model.taken
+        # The claim's placeholder re-pinned to the next IP: one plain Update behind its version.
+        assert ("update", SERVICES.plural) in {(verb, plural) for verb, plural, _ in writes(api)}
+
+
+async def test_a_failed_write_is_planned_again() -> None:
+    api = seeded()
+    api.refuse(
+        ApiError(500, "InternalError", "etcd is away"), verb="patch", plural="ipaddressclaims", times=1
+    )
+    async with substrate(api) as model:
+        await model.wait_for(bound_to(FIRST), TIMEOUT, "c1 bound after the refusal")
+        assert any("500" in line for line in model.log)
