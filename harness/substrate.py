@@ -1150,7 +1150,9 @@ async def substrate(kube: Kube, *, l2_advertisements: bool = True) -> AsyncItera
     """The model, following the cluster's classes, claims, addresses, Services and its MetalLB
     objects for the duration (the substrate's CRDs and MetalLB's must be installed): a ``Manager`` of
     its own on ``kube`` (which stays the caller's to close), without leader election."""
-    manager = Manager(kube, CollectorRegistry(), Tracing(NoOpTracerProvider(), CONTROLLER_NAME))
+    manager = Manager(
+        kube, CollectorRegistry(), Tracing(NoOpTracerProvider(), CONTROLLER_NAME), freeze_heap=False
+    )
     declared = wiring(l2_advertisements=l2_advertisements)
     manager.declare_caches(declared)
     stores = {kind: manager.store(kind) for kind in declared.resources()}

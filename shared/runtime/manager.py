@@ -87,8 +87,12 @@ class Manager:
         *,
         leader_election: LeaderElection | None = None,
         stuck_seconds: float = DEFAULT_STUCK_SECONDS,
+        freeze_heap: bool = True,
     ) -> None:
         self.kube, self.registry, self.tracing = kube, registry, tracing
+        # An operator's process freezes its heap once synced; a manager run inside another program
+        # (a test model) leaves that program's collector alone.
+        self.freeze_heap = freeze_heap
         self.leader_election = leader_election
         self.stuck_seconds = stuck_seconds
         self.informers: dict[Resource, Informer] = {}
@@ -260,7 +264,8 @@ class Manager:
             self.synced.set()
             # What the caches hold now lives as long as the process: keep the collector from
             # scanning it on every collection (a large Store otherwise costs more per event).
-            gc.freeze()
+            if self.freeze_heap:
+                gc.freeze()
             log.info("caches synced: %s", ", ".join(sorted(r.plural for r in self.informers)))
             if self.elector is not None:
                 # Only a warm replica runs for the lease (as controller-runtime: election after the
