@@ -107,7 +107,8 @@ def test_generated_pages_are_current() -> None:
 def test_every_code_reason_is_explained() -> None:
     missing = docgen.undocumented(docgen.code_constants(ROOT))
     assert not missing, (
-        "add a row to the guide in hack/docgen.py (OUTCOMES, CONDITION_TYPES or EVENTS) for: "
+        "declare each through its kind's GUIDE (operators/<operator>/reasons.py), with what it means "
+        "and what to do: "
         + ", ".join(f"{c.path}:{c.name}={c.value!r}" for c in missing)
     )
 
