@@ -108,8 +108,7 @@ def test_every_code_reason_is_explained() -> None:
     missing = docgen.undocumented(docgen.code_constants(ROOT))
     assert not missing, (
         "declare each through its kind's GUIDE (operators/<operator>/reasons.py), with what it means "
-        "and what to do: "
-        + ", ".join(f"{c.path}:{c.name}={c.value!r}" for c in missing)
+        "and what to do: " + ", ".join(f"{c.path}:{c.name}={c.value!r}" for c in missing)
     )
 
 
