@@ -131,10 +131,6 @@ class RuntimeSettings:
 
 def setting_fields(cls: type[DataclassInstance]) -> Iterator[tuple[Field[Any], Flag]]:
     """Each ``setting`` field of ``cls`` with its flag (for ``add_setting_flags`` and the docs)."""
-    return _flags(cls)
-
-
-def _flags(cls: type[DataclassInstance]) -> Iterator[tuple[Field[Any], Flag]]:
     for each in fields(cls):
         flag = each.metadata.get(_FLAG)
         if isinstance(flag, Flag):
@@ -150,7 +146,7 @@ def add_setting_flags(
     """A flag for each ``setting`` field of ``cls``, its default read from the environment when the
     variable is set, else from ``defaults``, else the field's own: one rule for every flag of both
     operators, so a field, its flag and its variable never drift apart."""
-    for each, flag in _flags(cls):
+    for each, flag in setting_fields(cls):
         variable = flag.variable or f"{prefix}_{each.name.upper()}"
         text = os.environ.get(variable)
         default = (defaults or {}).get(each.name, each.default)
@@ -164,7 +160,7 @@ def add_setting_flags(
 
 def settings_from(cls: type[S], args: argparse.Namespace, **given: object) -> S:
     """``cls`` from the parsed flags of its ``setting`` fields, and ``given`` for its others."""
-    return cls(**{each.name: getattr(args, each.name) for each, _ in _flags(cls)}, **given)
+    return cls(**{each.name: getattr(args, each.name) for each, _ in setting_fields(cls)}, **given)
 
 
 def runtime_settings(args: argparse.Namespace) -> RuntimeSettings:

@@ -14,6 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from shared.resources import Resource, group_of
+
 
 def owner_reference(obj: Mapping[str, Any], controller: bool, block_owner_deletion: bool) -> dict[str, Any]:
     """A reference to ``obj`` for another object's ``metadata.ownerReferences``.
@@ -66,7 +68,7 @@ def owner_uids(
         if isinstance(ref.get("uid"), str)
         and ref["uid"]
         and (kind is None or ref.get("kind") == kind)
-        and (api_group is None or _group_of(str(ref.get("apiVersion", ""))) == api_group)
+        and (api_group is None or group_of(str(ref.get("apiVersion", ""))) == api_group)
     )
 
 
@@ -81,7 +83,7 @@ def sole_controller(obj: Mapping[str, Any]) -> Mapping[str, Any] | None:
     return found
 
 
-def _group_of(api_version: str) -> str:
-    """The group of an apiVersion: "" for the core group ("v1"), else the part before the slash."""
-    group, _, _ = api_version.rpartition("/")
-    return group
+def names_kind(ref: Mapping[str, Any], resource: Resource) -> bool:
+    """Whether an owner reference names an object of ``resource``'s kind: its kind and its group, at
+    any version (an owner recorded at an older version of its API still counts)."""
+    return ref.get("kind") == resource.kind and group_of(str(ref.get("apiVersion") or "")) == resource.group

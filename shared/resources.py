@@ -10,7 +10,13 @@ Decides: the path of a kind (``Resource.path``). Does not: talk to the API, or k
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from functools import cached_property
 from typing import Final
+
+
+def group_of(api_version: str) -> str:
+    """The group of an apiVersion: "" for the core group ("v1"), else the part before the slash."""
+    return api_version.rpartition("/")[0]
 
 
 @dataclass(frozen=True)
@@ -23,10 +29,10 @@ class Resource:
     namespaced: bool = True
     kind: str = field(default="", compare=False)
 
-    @property
+    @cached_property
     def group(self) -> str:
         """The API group ("" for the core group)."""
-        return self.api_version.rpartition("/")[0]
+        return group_of(self.api_version)
 
     def path(self, namespace: str | None = None, name: str | None = None) -> str:
         base = "/api/v1" if self.api_version == "v1" else f"/apis/{self.api_version}"

@@ -25,9 +25,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from operators.endpointattachment.api import (
-    ATTACHMENT_KIND,
     ATTACHMENT_LABEL,
-    GROUP,
+    ATTACHMENTS,
     HELMRELEASE_GROUP,
     HELMRELEASE_KIND,
     AttachmentSpec,
@@ -41,7 +40,7 @@ from operators.endpointattachment.reasons import (
     REASON_RESOLVED,
 )
 from shared.lineage import ApplicationRef, belongs_to, is_tenant_facing, labels_of
-from shared.ownership import owner_references, owner_uids
+from shared.ownership import names_kind, owner_references, owner_uids
 
 
 @dataclass(frozen=True)
@@ -65,10 +64,7 @@ def is_rendered_by_attachment(service: Mapping[str, Any]) -> bool:
     if ATTACHMENT_LABEL in labels_of(service):
         return True
     return any(
-        ref.get("controller") is True
-        and ref.get("kind") == ATTACHMENT_KIND
-        and str(ref.get("apiVersion", "")).partition("/")[0] == GROUP
-        for ref in owner_references(service)
+        ref.get("controller") is True and names_kind(ref, ATTACHMENTS) for ref in owner_references(service)
     )
 
 

@@ -22,7 +22,6 @@ from typing import Any, Final
 
 from operators.endpointattachment.api import (
     ADDRESSES,
-    ATTACHMENT_KIND,
     ATTACHMENTS,
     CLAIM_ANNOTATION,
     CLAIM_PHASE_BOUND,
@@ -30,7 +29,6 @@ from operators.endpointattachment.api import (
     CLASSES,
     ENDPOINTSLICE_SERVICE_NAME_LABEL,
     FAMILY_IPV4,
-    GROUP,
     SERVICE_PROXY_NAME_LABEL,
     AttachmentSpec,
     AttachmentView,
@@ -52,7 +50,7 @@ from operators.endpointattachment.reasons import CONDITION_PROVISIONED, REASON_W
 from operators.endpointattachment.reconcile import Observed, provisioning_class
 from operators.endpointattachment.render import RenderSettings, publish_ports
 from shared.lineage import application_of
-from shared.ownership import sole_controller
+from shared.ownership import names_kind, sole_controller
 from shared.resources import ENDPOINT_SLICES, ENDPOINTS, HELMRELEASES, PODS, SERVICES, Resource
 from shared.runtime.cache import Indexer, Key, Obj, Store, View, key_of, strip_managed_fields
 from shared.runtime.controller import Cache, Caches, StaticCaches
@@ -160,7 +158,7 @@ def _release_application(obj: Obj) -> list[tuple[str, str, str, str]]:
 def controller_attachment_uid(obj: Mapping[str, Any]) -> str | None:
     """The UID of the object's controller when that is an EndpointAttachment."""
     owner = sole_controller(obj) or {}
-    if owner.get("kind") != ATTACHMENT_KIND or str(owner.get("apiVersion", "")).partition("/")[0] != GROUP:
+    if not names_kind(owner, ATTACHMENTS):
         return None
     return str(owner.get("uid") or "") or None
 

@@ -44,7 +44,7 @@ from dataclasses import dataclass, field
 from typing import Any, Final, Generic, Protocol, TypeVar
 
 from shared.kube import NO_ANSWER, ApiError
-from shared.ownership import sole_controller
+from shared.ownership import names_kind, sole_controller
 from shared.resources import Resource
 from shared.runtime.cache import Fold, Indexer, Key, Obj, Store, View, key_of, strip_managed_fields
 from shared.runtime.metrics import ControllerMetrics, QueueMetrics
@@ -301,9 +301,7 @@ def owner_key(primary: Resource, obj: Obj | None) -> Key | None:
     """The primary an owned object's controller reference names (same namespace), if of its kind
     and group (at any version)."""
     owner = sole_controller(obj or {})
-    if not owner or owner.get("kind") != primary.kind:
-        return None
-    if str(owner.get("apiVersion") or "").rpartition("/")[0] != primary.group:
+    if not owner or not names_kind(owner, primary):
         return None
     namespace = str(_metadata(obj).get("namespace") or "") if primary.namespaced else ""
     return namespace, str(owner.get("name") or "")
