@@ -69,7 +69,7 @@ import jsonpointer
 
 from harness.mergepatch import merge_patch
 from shared.credentials import Credentials
-from shared.kube import ApiError, Kube, Obj, PatchKind
+from shared.kube import ApiError, Kube, Obj, PatchKind, watch_params
 from shared.resources import Resource
 
 _CONTENT_TYPES: Final[dict[str, PatchKind]] = {
@@ -371,14 +371,7 @@ class MemApi(Kube):
         timeout_seconds: int = 300,
         idle_timeout: float | None = None,
     ) -> AsyncGenerator[tuple[str, Obj]]:
-        params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
-        for name, value in (
-            ("resourceVersion", resource_version),
-            ("labelSelector", label_selector),
-            ("fieldSelector", field_selector),
-        ):
-            if value:
-                params[name] = value
+        params = watch_params(resource_version, label_selector, field_selector, timeout_seconds)
         self._record(Request("GET", path, params))
         opened = _Watch(parse(path), label_selector, field_selector)
         replay = self._replay(opened, resource_version)

@@ -285,6 +285,21 @@ class _Pools:
         await asyncio.gather(self.requests.close(), self.watches.close(), return_exceptions=True)
 
 
+def watch_params(
+    resource_version: str, label_selector: str, field_selector: str, timeout_seconds: int
+) -> dict[str, str]:
+    """The query of one watch request: bookmarks on, the server's timeout, and what is given."""
+    params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
+    for name, value in (
+        ("resourceVersion", resource_version),
+        ("labelSelector", label_selector),
+        ("fieldSelector", field_selector),
+    ):
+        if value:
+            params[name] = value
+    return params
+
+
 class Kube:
     """Plain-JSON verbs with in-memory credentials, over aiohttp (see the module docstring)."""
 
@@ -465,13 +480,7 @@ class Kube:
         ours: the longest the stream may stay silent (default: the server's timeout plus a grace),
         after which ``ApiTimeoutError`` is raised. A non-200 answer raises ``ApiError`` (410
         Gone included); an ERROR event is yielded like any other."""
-        params = {"watch": "true", "timeoutSeconds": str(timeout_seconds), "allowWatchBookmarks": "true"}
-        if resource_version:
-            params["resourceVersion"] = resource_version
-        if label_selector:
-            params["labelSelector"] = label_selector
-        if field_selector:
-            params["fieldSelector"] = field_selector
+        params = watch_params(resource_version, label_selector, field_selector, timeout_seconds)
         idle = idle_timeout if idle_timeout is not None else timeout_seconds + WATCH_IDLE_GRACE_SECONDS
         timeout = aiohttp.ClientTimeout(sock_connect=self.timeout.connect, sock_read=idle)
         response = await self._answer("GET", path, params, None, "", timeout, watch=True)
