@@ -33,7 +33,6 @@ from operators.endpointattachment.api import (
     AttachmentSpec,
     AttachmentView,
     attachment_view,
-    spec_of,
 )
 from operators.endpointattachment.datapath import (
     ProxiedService,
@@ -132,18 +131,14 @@ def _attachment_namespace(view: AttachmentView) -> list[str]:
     return [view.namespace]
 
 
-def application_key(
-    attachment: Mapping[str, Any], spec: AttachmentSpec | None = None
-) -> tuple[str, str, str, str]:
+def application_key(view: AttachmentView) -> tuple[str, str, str, str]:
     """(namespace, group, kind, name) of an attachment's applicationRef."""
-    spec = spec or spec_of(attachment)
-    namespace = str(_metadata(attachment).get("namespace") or "")
-    return (namespace, spec.app_group, spec.app_kind, spec.app_name)
+    spec = view.spec
+    return (view.namespace, spec.app_group, spec.app_kind, spec.app_name)
 
 
 def _attachment_application(view: AttachmentView) -> list[tuple[str, str, str, str]]:
-    spec = view.spec
-    return [(view.namespace, spec.app_group, spec.app_kind, spec.app_name)]
+    return [application_key(view)]
 
 
 def _attachment_vm_mode(view: AttachmentView) -> list[bool]:
@@ -307,10 +302,13 @@ class World:
         """A world over fresh, empty stores (tests, and checks of what the metrics export)."""
         return cls(StaticCaches(empty_stores()), settings)
 
-    def spec(self, attachment: Mapping[str, Any]) -> AttachmentSpec:
-        """The attachment's typed spec, as the store keeps it for its stored version."""
+    def view(self, attachment: Mapping[str, Any]) -> AttachmentView:
+        """The attachment's typed view, as the store keeps it for its stored version."""
         view: AttachmentView = self.attachments.view_of(attachment)  # type: ignore[arg-type]
-        return view.spec
+        return view
+
+    def spec(self, attachment: Mapping[str, Any]) -> AttachmentSpec:
+        return self.view(attachment).spec
 
     def substrate_served(self) -> bool:
         served = self.caches.served
@@ -321,7 +319,7 @@ class World:
     def helmrelease_of(self, attachment: Mapping[str, Any]) -> Obj | None:
         """The application object: the HelmRelease of the namespace with applicationRef's lineage (the
         oldest, should two carry it, as Cozystack's controller picks: every pass picks the same)."""
-        found = self.helmreleases.index(BY_APPLICATION, application_key(attachment, self.spec(attachment)))
+        found = self.helmreleases.index(BY_APPLICATION, application_key(self.view(attachment)))
         return _oldest_first(found)[0] if found else None
 
     def endpoint_of(self, attachment: Mapping[str, Any]) -> Obj | None:
