@@ -436,9 +436,9 @@ class Controller:
                 await self.reconcile_once(key)
             finally:
                 self.queue.done(key)
-            # A pass that sent no request never gave the loop back, and neither does ``get`` with
-            # keys ready: a cold start's 5,000 settled attachments held it for over 10 s, long
-            # enough for the lease renewal to miss its deadline and the leader to step down.
+            # ``decide`` yields after each decision, but a pass that raised before it did not, and
+            # neither does ``get`` with keys ready: a cold start's 5,000 settled attachments once held
+            # the loop for over 10 s, long enough for the lease renewal to miss its deadline.
             await asyncio.sleep(0)
 
     def stuck_for(self) -> float:
