@@ -35,7 +35,13 @@ from typing import Any, Final
 from hack.devcluster import ClusterInfo
 from hack.metallb import MetalLB
 from hack.substrate import PLACEHOLDER_NAMESPACE
-from harness.ea_objects import HELMRELEASE_API_VERSION, helmrelease_spec, lineage_labels, load_balancer_spec
+from harness.ea_objects import (
+    HELMRELEASE_API_VERSION,
+    attachment_spec,
+    helmrelease_spec,
+    lineage_labels,
+    load_balancer_spec,
+)
 from harness.identity import serviceaccount_kubeconfig
 from harness.lane import Substrate, address_substrate
 from harness.loadbalancer import load_balancer
@@ -390,9 +396,6 @@ def attachment_body(
 ) -> Obj:
     """An EndpointAttachment as Cozystack's documentation writes it (``loadBalancer`` with neither
     ``className`` nor ``claimName``: the default class)."""
-    ref: Obj = {"kind": kind, "name": app}
-    if group is not None:
-        ref["group"] = group
     balancer = load_balancer_spec(
         class_name=class_name,
         claim_name=claim_name,
@@ -405,7 +408,7 @@ def attachment_body(
         "apiVersion": ATTACHMENTS.api_version,
         "kind": "EndpointAttachment",
         "metadata": {"name": name},
-        "spec": {"applicationRef": ref, "endpoint": {"serviceName": endpoint}, "loadBalancer": balancer},
+        "spec": attachment_spec(kind, app, group, endpoint, balancer),
     }
 
 

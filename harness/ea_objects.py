@@ -62,6 +62,21 @@ def helmrelease_spec() -> Obj:
     }
 
 
+def attachment_spec(
+    app_kind: str, app_name: str, app_group: str | None, endpoint: str, load_balancer: Obj
+) -> Obj:
+    """An attachment's ``spec``: the application (its group only when given), the endpoint Service
+    and ``spec.loadBalancer`` (``load_balancer_spec``)."""
+    application: Obj = {"kind": app_kind, "name": app_name}
+    if app_group is not None:
+        application["group"] = app_group
+    return {
+        "applicationRef": application,
+        "endpoint": {"serviceName": endpoint},
+        "loadBalancer": load_balancer,
+    }
+
+
 def load_balancer_spec(
     *,
     class_name: str | None = None,

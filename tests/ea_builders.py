@@ -18,8 +18,8 @@ from harness.ea_objects import APP_GROUP as APP_GROUP
 from harness.ea_objects import APP_KIND as APP_KIND
 from harness.ea_objects import APP_NAME as APP_NAME
 from harness.ea_objects import HELMRELEASE_API_VERSION as HELMRELEASE_API_VERSION
+from harness.ea_objects import attachment_spec, helmrelease_spec
 from harness.ea_objects import for_create as for_create
-from harness.ea_objects import helmrelease_spec
 from harness.ea_objects import lineage_labels as lineage_labels
 from harness.ea_objects import load_balancer_spec as load_balancer_spec
 from operators.endpointattachment.api import (
@@ -213,9 +213,6 @@ def make_attachment(
     metadata["generation"] = generation
     if finalizers:
         metadata["finalizers"] = list(finalizers)
-    application: Obj = {"kind": app_kind, "name": app_name}
-    if app_group is not None:
-        application["group"] = app_group
     load_balancer = load_balancer_spec(
         class_name=class_name,
         claim_name=claim_name,
@@ -228,11 +225,7 @@ def make_attachment(
         "apiVersion": API_VERSION,
         "kind": ATTACHMENT_KIND,
         "metadata": metadata,
-        "spec": {
-            "applicationRef": application,
-            "endpoint": {"serviceName": endpoint},
-            "loadBalancer": load_balancer,
-        },
+        "spec": attachment_spec(app_kind, app_name, app_group, endpoint, load_balancer),
     }
     if status is not None:
         obj["status"] = dict(status)
