@@ -27,6 +27,11 @@ DRA_API_VERSION: Final = "resource.k8s.io/v1"
 DEVICE_CLASSES: Final = Resource(DRA_API_VERSION, "deviceclasses", namespaced=False, kind="DeviceClass")
 RESOURCE_SLICES: Final = Resource(DRA_API_VERSION, "resourceslices", namespaced=False, kind="ResourceSlice")
 RESOURCE_CLAIMS: Final = Resource(DRA_API_VERSION, "resourceclaims", kind="ResourceClaim")
+# Taints a hoster puts on devices without the driver (GA in Kubernetes 1.37): a tainted device is
+# not counted.
+DEVICE_TAINT_RULES: Final = Resource(
+    DRA_API_VERSION, "devicetaintrules", namespaced=False, kind="DeviceTaintRule"
+)
 # KubeVirt's cluster instance types: a whole-VM shape may name one (read on a pass, never watched).
 CLUSTER_INSTANCETYPES: Final = Resource(
     "instancetype.kubevirt.io/v1beta1",

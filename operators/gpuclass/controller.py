@@ -42,6 +42,7 @@ from prometheus_client import CollectorRegistry
 from operators.gpuclass.api import (
     CLUSTER_INSTANCETYPES,
     DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
     GPUCLASSES,
     RESOURCE_CLAIMS,
     RESOURCE_SLICES,
@@ -119,6 +120,7 @@ def wiring(settings: Settings, inventory: Inventory, dra: DraInventory | None = 
             Watch(DEVICE_CLASSES, map=all_classes),
             Watch(RESOURCE_SLICES, map=all_classes),
             Watch(RESOURCE_CLAIMS, map=all_classes),
+            Watch(DEVICE_TAINT_RULES, map=all_classes),
         ),
         writes=(Write(GPUCLASSES, ("patch",), "status"), Write(EVENTS, ("create",))),
         caches=(
@@ -127,6 +129,7 @@ def wiring(settings: Settings, inventory: Inventory, dra: DraInventory | None = 
             Cache(DEVICE_CLASSES, fold=DeviceClassFold(dra), optional=True, built_in=True),
             Cache(RESOURCE_SLICES, fold=SliceFold(dra), optional=True, built_in=True),
             Cache(RESOURCE_CLAIMS, fold=ClaimFold(dra), optional=True, built_in=True),
+            Cache(DEVICE_TAINT_RULES, fold=TaintRuleFold(dra), optional=True, built_in=True),
         ),
         debounce=settings.debounce_seconds,
         max_delay=settings.max_delay_seconds,
@@ -230,6 +233,24 @@ class ClaimFold:
         return cast(list[Key], list(self.dra.claim_keys()))
 
 
+class TaintRuleFold:
+    """DeviceTaintRules folded into the DRA inventory: keyed ``("", name)``; only blocking rules kept."""
+
+    __slots__ = ("dra",)
+
+    def __init__(self, dra: DraInventory) -> None:
+        self.dra = dra
+
+    def upsert(self, key: Key, obj: Obj) -> bool:
+        return self.dra.upsert_taint_rule(obj)
+
+    def delete(self, key: Key) -> bool:
+        return self.dra.delete_taint_rule(key[1])
+
+    def keys(self) -> Iterable[Key]:
+        return [("", name) for name in self.dra.taint_rule_names()]
+
+
 # --- one pass ---------------------------------------------------------------------------------------
 
 
@@ -285,7 +306,7 @@ class Reconciler:
         classes = list(self.caches.store(GPUCLASSES).values())
         instancetypes = await self._read_instancetypes(classes)
         decisions = decide(
-            classes, self.inventory, kubevirt_view, self.dra, settings.overhead(), instancetypes
+            classes, self.inventory, kubevirt_view, self.dra, settings.kubevirt_version, instancetypes
         )
         report = current_pass()
         if report is not None:

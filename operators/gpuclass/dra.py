@@ -1,32 +1,37 @@
-"""GPUs handed out by DRA: per DeviceClass and node, the devices it selects and those already allocated.
+"""GPUs handed out by DRA: per DeviceClass and node, what kube-scheduler's allocator could grant now.
 
-Decides, from ``resource.k8s.io/v1`` DeviceClasses, ResourceSlices and ResourceClaims as the API
-returns them, one watch event at a time and without rescans:
+Decides, from ``resource.k8s.io/v1`` DeviceClasses, ResourceSlices, ResourceClaims and
+DeviceTaintRules as the API returns them, one watch event at a time and without rescans:
 
-* **a node's devices**: the devices of the ResourceSlices whose ``spec.nodeName`` is that node. A
-  pool (``spec.driver``, ``spec.pool.name``) counts only its slices of the newest
-  ``spec.pool.generation`` seen, as the scheduler's allocator does: a driver republishing a pool
-  under a new generation retires the old slices' devices at once, even before it deletes them. A
-  device is known by (driver, pool, device name);
+* **a node's devices**: the devices of the ResourceSlices whose ``spec.nodeName`` is that node, in
+  the allocator's order (pools by driver and name, slices by name, devices as listed). A pool
+  (``spec.driver``, ``spec.pool.name``) counts only its slices of the newest ``spec.pool.generation``
+  seen, as the allocator does: a driver republishing a pool retires the old slices' devices at once;
+* **which pools the allocator uses** (``GatherPools``/``buildPool`` of
+  ``k8s.io/dynamic-resource-allocation`` v0.37, ``structured/internal/incubating``): none of an
+  incomplete pool (fewer slices of the newest generation than its ``resourceSliceCount``: also a
+  pool half republished), none of an invalid one (a device name twice, a counter set name twice, a
+  counter consumed that no counter set declares); the counter sets (``sharedCounters``, in slices
+  of their own) of the others;
 * **which devices a DeviceClass selects**: the driver's devices for which every CEL selector of the
-  class is true (``device_selectors``; compiled once per DeviceClass spec). A selection is decided
-  when a device appears or changes, or when its DeviceClass changes, never in a pass: a new version
-  of a slice has each device compared with the stored one (dict equality: in the list's order when
-  only its end changed, else by name), and only a device new, changed or moved to another node is
-  judged again, the others keeping their verdicts;
-* **which devices are allocated**: every device a ResourceClaim's ``status.allocation.devices
-  .results`` names (a device named by two claims counts once: it is taken either way). A claim of a
-  pod that asked by a DeviceClass's ``extendedResourceName`` (KEP-5004) is such a claim too, so a
-  device is counted once whichever way a pod asked for it;
-* the aggregates a pass reads, kept current by every change: per DeviceClass, per node, the number
-  of selected devices (``selected_on``) and of those that are allocated (``allocated_on``).
+  class is true (``device_selectors``; compiled once per DeviceClass spec), judged when a device
+  appears or changes, or when its DeviceClass changes, never in a pass (a new version of a slice
+  has each device compared with the stored one; only a device new, changed or moved is judged);
+* **what claims hold** (``dra_objects.holding``): a device named by a claim's allocation results is
+  taken (once, however many claims name it) and takes its counters; a result with admin access
+  takes nothing; a share of a device with ``allowMultipleAllocations`` takes its
+  ``consumedCapacity``. A pod that asked by a DeviceClass's ``extendedResourceName`` (KEP-5004) has
+  such a claim too;
+* **taints**: a device with a ``NoSchedule``/``NoExecute`` taint, its slice's or a DeviceTaintRule's,
+  is not counted: a VM's claim carries no device tolerations (DeviceClasses have none to give);
+* per DeviceClass and node, the devices selected (``selected_on``) and held (``allocated_on``),
+  for the figures; and ``offer``: what a node would grant claims of ``k`` devices of a class, one
+  after another (``allocator.claims_granted``), kept until something on that node changes.
 
-Deliberately: slices not tied to one node (``nodeSelector``, ``allNodes``, per-device node
-selection: network-attached devices) offer no units, since a GPU class counts what one node holds.
-Devices of an incomplete pool (fewer slices seen than ``resourceSliceCount``) are counted: the
-allocator uses them for exact-count requests. A device's consumable capacity, shared counters,
-taints and ``allowMultipleAllocations`` are not looked at: a GPU is one unit, allocated or free.
-Nothing of an object is kept beyond what these aggregates need.
+One unit of a shareable device is one share with the capacity's ``requestPolicy.default`` (or the
+whole capacity), what a claim asking no capacity gets. Deliberately: slices not tied to one node
+(``nodeSelector``, ``allNodes``, per-device node selection: network-attached devices) offer no units,
+since a GPU class counts what one node holds. Nothing of an object is kept beyond what these need.
 
 Does not: decide eligibility of nodes or classes (``reconcile`` does, with the Node inventory), talk
 to the API, read a clock, or log per event (a DeviceClass whose selector does not compile is logged
@@ -39,10 +44,11 @@ import logging
 import operator
 import re
 from collections.abc import Hashable, Iterable, Iterator, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from itertools import compress, islice
 from typing import Any, Final
 
+from operators.gpuclass.allocator import Candidate, CounterSetId, Physical, claims_granted
 from operators.gpuclass.device_selectors import (
     Selector,
     device_context,
@@ -50,11 +56,23 @@ from operators.gpuclass.device_selectors import (
     quantity_value,
     version_value,
 )
+from operators.gpuclass.dra_objects import (
+    NOTHING_HELD,
+    PLAIN,
+    CounterUse,
+    DeviceFacts,
+    DeviceId,
+    Holding,
+    TaintRule,
+    counter_sets,
+    device_facts,
+    holding,
+    taint_rule,
+)
+from operators.gpuclass.quantity import Exact
 
 log = logging.getLogger(__name__)
 
-# A device, as the allocator names it: (driver, pool, device name).
-DeviceId = tuple[str, str, str]
 # The key a fold gets from its informer: (namespace, name).
 ObjKey = Hashable
 # The typed attribute values of a ResourceSlice device (one of these is set).
@@ -89,12 +107,27 @@ class _Slice:
     generation: int
     node: str  # "" when the slice is not tied to one node
     version: tuple[object, int] | None = None  # (UID, metadata.generation): the spec's version
+    name: str = ""
+    slice_count: int = 1  # spec.pool.resourceSliceCount
 
 
 @dataclass(slots=True)
 class _Device:
     node: str
     selected: frozenset[str]  # DeviceClass names
+    facts: DeviceFacts = PLAIN
+
+
+@dataclass(frozen=True, slots=True)
+class _PoolFacts:
+    """What the allocator decides of a pool as a whole: usable (complete and valid), its counters."""
+
+    usable: bool = True
+    counters: Mapping[str, Mapping[str, Exact]] = field(default_factory=dict)
+
+
+_USABLE: Final = _PoolFacts()
+_PLAIN_CANDIDATE: Final = Candidate()  # a device that consumes no counter, is not shared nor a sibling
 
 
 @dataclass(slots=True)
@@ -122,6 +155,16 @@ class DraInventory:
         # Devices that went: (class epoch, raw, selected); the epoch moves with every class change.
         self._gone: dict[DeviceId, tuple[int, Mapping[str, Any], frozenset[str]]] = {}
         self._class_epoch = 0
+        self._pool_facts: dict[tuple[str, str], _PoolFacts] = {}  # pools not usable or with counters
+        self._shares: dict[DeviceId, dict[str, Exact]] = {}  # shared device -> capacity its shares take
+        self._claim_shares: dict[ObjKey, Holding] = {}  # claims holding shares
+        self._taint_rules: dict[str, TaintRule] = {}
+        # node -> pool -> how many current devices of the pool are on it
+        self._node_pools: dict[str, dict[tuple[str, str], int]] = {}
+        self._epochs: dict[str, int] = {}  # node -> moves with every change of its devices' availability
+        self._epoch = 0  # moves with every change that may touch any node (taint rules, classes)
+        # (class, node) -> (the node's epoch, the global epoch, the offer then)
+        self._offers: dict[tuple[str, str], tuple[int, int, DeviceOffer]] = {}
 
     # --- events: DeviceClasses -------------------------------------------------------------------
 
@@ -179,6 +222,8 @@ class DraInventory:
             generation if type(generation) is int else 0,
             node if isinstance(node := spec.get("nodeName"), str) else "",
             version,
+            _name(obj),
+            count if type(count := pool_spec.get("resourceSliceCount")) is int else 1,
         )
         self._slices[key] = new
         changed = False
@@ -205,10 +250,32 @@ class DraInventory:
     # --- events: ResourceClaims ------------------------------------------------------------------
 
     def upsert_claim(self, key: ObjKey, obj: Mapping[str, Any]) -> bool:
-        return self._hold(key, allocated_devices(obj))
+        held = holding(obj)
+        return self._hold_shares(key, held) | self._hold(key, held.devices)
 
     def delete_claim(self, key: ObjKey) -> bool:
-        return self._hold(key, frozenset())
+        return self._hold_shares(key, NOTHING_HELD) | self._hold(key, frozenset())
+
+    # --- events: DeviceTaintRules ----------------------------------------------------------------
+
+    def upsert_taint_rule(self, obj: Mapping[str, Any]) -> bool:
+        name, rule = _name(obj), taint_rule(obj)
+        if rule is None:
+            return self.delete_taint_rule(name)
+        if self._taint_rules.get(name) == rule:
+            return False
+        self._taint_rules[name] = rule
+        self._epoch += 1
+        return True
+
+    def delete_taint_rule(self, name: str) -> bool:
+        if self._taint_rules.pop(name, None) is None:
+            return False
+        self._epoch += 1
+        return True
+
+    def taint_rule_names(self) -> list[str]:
+        return list(self._taint_rules)
 
     def claim_keys(self) -> Iterable[ObjKey]:
         return self._claims.keys()
@@ -227,6 +294,62 @@ class DraInventory:
         """Node name -> of the devices the class selects there, those some claim holds."""
         return self._allocated.get(device_class, _EMPTY)
 
+    def offer(self, device_class: str, node: str) -> DeviceOffer:
+        """What the allocator would grant claims of ``device_class`` on ``node`` now (kept until a
+        device, claim, pool or rule there changes)."""
+        epochs = (self._epochs.get(node, 0), self._epoch)
+        known = self._offers.get((device_class, node))
+        if known is not None and known[:2] == epochs:
+            return known[2]
+        offer = DeviceOffer(*self._candidates(device_class, node))
+        self._offers[(device_class, node)] = (*epochs, offer)
+        return offer
+
+    def _candidates(
+        self, device_class: str, node: str
+    ) -> tuple[list[Candidate], dict[CounterSetId, dict[str, Exact]], Physical]:
+        """The node's devices the class selects that the allocator could hand a new claim, in its
+        order; what each counter set has left after the devices held; the physical GPUs held."""
+        candidates: list[Candidate] = []
+        counters: dict[CounterSetId, dict[str, Exact]] = {}
+        held_physical: dict[str, list[frozenset[CounterSetId]]] = {}
+        for pool in sorted(self._node_pools.get(node, ())):
+            driver, pool_name = pool
+            facts = self._pool_facts.get(pool, _USABLE)
+            pool_counters = {(driver, pool_name, n): dict(c) for n, c in facts.counters.items()}
+            for name in self._pool_devices.get(pool, _NO_POOL)[1]:
+                device_id = (driver, pool_name, name)
+                device = self._devices[device_id]
+                uses = device.facts.counter_use(driver, pool_name)
+                held = self._holders.get(device_id, 0) > 0
+                if held:
+                    _charge(pool_counters, uses)
+                if device.node != node:
+                    continue
+                if held and device.facts.physical:
+                    held_physical.setdefault(device.facts.physical, []).append(frozenset(u for u, _ in uses))
+                candidate = self._candidate(device_id, device, uses, held) if facts.usable else None
+                if candidate is not None and device_class in device.selected:
+                    candidates.append(candidate)
+            counters.update(pool_counters)
+        return candidates, counters, held_physical
+
+    def _candidate(
+        self, device_id: DeviceId, device: _Device, uses: CounterUse, held: bool
+    ) -> Candidate | None:
+        """A device as a new claim could get it: None when tainted, held (and not shared) or full."""
+        facts = device.facts
+        if facts.tainted or any(rule.matches(device_id) for rule in self._taint_rules.values()):
+            return None
+        if held and not facts.shared:
+            return None
+        shares = facts.shares(self._shares.get(device_id, _EMPTY)) if facts.shared else 1
+        if shares < 1:
+            return None
+        if facts is PLAIN:
+            return _PLAIN_CANDIDATE
+        return Candidate(uses, shares, held and facts.shared, facts.physical)
+
     def devices(self) -> Iterator[tuple[DeviceId, str, frozenset[str]]]:
         """(device, node, the classes selecting it) for every current device (for tests)."""
         for device_id, device in self._devices.items():
@@ -244,7 +367,11 @@ class DraInventory:
         keys = self._pools.get(pool) or set()
         if not keys:
             self._pools.pop(pool, None)
+            self._pool_facts.pop(pool, None)
+        facts_before = self._pool_facts.get(pool, _USABLE)
         counted = self._counted_slices(keys)
+        if self._pool_facts.get(pool, _USABLE) != facts_before:
+            self._touch_pool(pool)
         before_node, before = self._pool_devices.get(pool, _NO_POOL)
         diff = _in_order(before, before_node, counted) or _by_name(before, before_node, counted)
         raws, nodes, changed, gone = diff
@@ -262,10 +389,20 @@ class DraInventory:
         return judged or bool(gone)
 
     def _counted_slices(self, keys: set[ObjKey]) -> list[_Slice]:
-        """The slices whose devices count: those tied to a node, of the pool's newest generation."""
+        """The slices whose devices count: those tied to a node, of the pool's newest generation, in
+        the allocator's order (by name); the pool's facts are decided on the way."""
         slices = [self._slices[k] for k in keys]
-        newest = max((s.generation for s in slices), default=0) if len(slices) > 1 else 0
-        return [s for s in slices if s.node and not (newest and s.generation != newest)]
+        if len(slices) > 1:
+            newest = max(s.generation for s in slices)
+            slices = sorted((s for s in slices if s.generation == newest), key=_slice_name)
+        pool = slices[0].pool if slices else None
+        if pool is not None:
+            facts = _pool_facts(slices)
+            if facts is _USABLE:
+                self._pool_facts.pop(pool, None)
+            else:
+                self._pool_facts[pool] = facts
+        return [s for s in slices if s.node and not s.spec.get("sharedCounters")]
 
     def _judge(
         self, device_id: DeviceId, node: str, raw: Mapping[str, Any], stored: Mapping[str, Any] | None
@@ -277,7 +414,7 @@ class DraInventory:
             return False  # the same device (a republished slice, a new pool generation): no CEL
         if known is not None:
             self._account(device_id, known, -1)
-        device = _Device(node, self._select(device_id, raw))
+        device = _Device(node, self._select(device_id, raw), device_facts(raw, device_id[0]))
         self._devices[device_id] = device
         self._account(device_id, device, +1)
         return True
@@ -309,6 +446,7 @@ class DraInventory:
 
     def _reselect_all(self, name: str) -> None:
         self._class_epoch += 1
+        self._epoch += 1
         self._gone.clear()
         known = self._classes.get(name)
         for device_id, device in self._devices.items():
@@ -331,6 +469,15 @@ class DraInventory:
         return self._pool_devices[(driver, pool)][1][name]
 
     def _account(self, device_id: DeviceId, device: _Device, sign: int) -> None:
+        self._touch(device.node)
+        pools = self._node_pools.setdefault(device.node, {})
+        pool = device_id[:2]
+        if (count := pools.get(pool, 0) + sign) > 0:
+            pools[pool] = count
+        else:
+            pools.pop(pool, None)
+            if not pools:
+                del self._node_pools[device.node]
         held = self._holders.get(device_id, 0) > 0
         for name in device.selected:
             _add(self._selected, name, device.node, sign)
@@ -359,27 +506,117 @@ class DraInventory:
                 self._flip(device_id, +1)
         return True
 
+    def _hold_shares(self, key: ObjKey, held: Holding) -> bool:
+        """Account the capacity a claim's shares take of shared devices."""
+        old = self._claim_shares.pop(key, NOTHING_HELD)
+        if held.shares:
+            self._claim_shares[key] = held
+        if old.shares == held.shares:
+            return False
+        for shares, sign in ((old.shares, -1), (held.shares, +1)):
+            for device_id, consumed in shares:
+                used = self._shares.setdefault(device_id, {})
+                for name, amount in consumed:
+                    used[name] = used.get(name, 0) + sign * amount
+                if not any(used.values()):
+                    del self._shares[device_id]
+                if (device := self._devices.get(device_id)) is not None:
+                    self._touch(device.node)
+        return True
+
+    def _touch(self, node: str) -> None:
+        self._epochs[node] = self._epochs.get(node, 0) + 1
+
+    def _touch_pool(self, pool: tuple[str, str]) -> None:
+        for node, pools in self._node_pools.items():
+            if pool in pools:
+                self._touch(node)
+
     def _flip(self, device_id: DeviceId, sign: int) -> None:
         """A device became held (+1) or free (-1)."""
         device = self._devices.get(device_id)
         if device is not None:
+            self._touch(device.node)
             for name in device.selected:
                 _add(self._allocated, name, device.node, sign)
 
 
-def allocated_devices(claim: Mapping[str, Any]) -> frozenset[DeviceId]:
-    """The devices a ResourceClaim's allocation holds."""
-    status = claim.get("status")
-    allocation = status.get("allocation") if isinstance(status, _MAPPING) else None
-    devices = allocation.get("devices") if isinstance(allocation, _MAPPING) else None
-    results = devices.get("results") if isinstance(devices, _MAPPING) else None
-    if not results:
-        return frozenset()
-    return frozenset(
-        (str(r.get("driver") or ""), str(r.get("pool") or ""), str(r.get("device") or ""))
-        for r in results
-        if isinstance(r, _MAPPING)
+class DeviceOffer:
+    """What claims of one DeviceClass would get on one node: ``vms(k)`` claims of ``k`` devices."""
+
+    __slots__ = ("_candidates", "_counters", "_held", "_vms")
+
+    def __init__(
+        self, candidates: list[Candidate], counters: dict[CounterSetId, dict[str, Exact]], held: Physical
+    ) -> None:
+        self._candidates = candidates
+        self._counters = counters
+        self._held = held
+        self._vms: dict[int, int] = {}
+
+    @property
+    def free(self) -> int:
+        """Units a new VM could get: claims of one device granted one after another."""
+        return self.vms(1)
+
+    @property
+    def largest(self) -> int:
+        """The most devices one claim could get (a subset of what one claim gets fits too)."""
+        k = 0
+        while k < len(self._candidates) and self.vms(k + 1):
+            k += 1
+        return k
+
+    def vms(self, k: int) -> int:
+        known = self._vms.get(k)
+        if known is None:
+            known = self._vms[k] = claims_granted(self._candidates, self._counters, k, self._held)
+        return known
+
+
+def _charge(counters: dict[CounterSetId, dict[str, Exact]], uses: CounterUse) -> None:
+    for set_id, amounts in uses:
+        left = counters.get(set_id)
+        if left is not None:
+            for name, amount in amounts:
+                left[name] = left.get(name, 0) - amount
+
+
+def _pool_facts(slices: list[_Slice]) -> _PoolFacts:
+    """Whether the allocator uses a pool's devices (all its slices of the newest generation are
+    there; device and counter set names unique; every counter consumed declared), and its counters."""
+    if not slices or len(slices) != slices[0].slice_count:
+        return _PoolFacts(usable=False)
+    counters: dict[str, Mapping[str, Exact]] = {}
+    names: set[str] = set()
+    devices = 0
+    consuming: list[Mapping[str, Any]] = []
+    for slice_ in slices:
+        for name, values in counter_sets(slice_.spec):
+            if name in counters:
+                return _PoolFacts(usable=False)
+            counters[name] = values
+        if not slice_.spec.get("sharedCounters"):
+            listed = _named_devices(slice_.spec.get("devices"))
+            names.update(listed)
+            devices += len(slice_.spec.get("devices") or ())
+            consuming.extend(d for d in listed.values() if "consumesCounters" in d)
+    if len(slices) > 1 and devices != len(names):
+        return _PoolFacts(usable=False)  # a device name twice: the allocator calls the pool invalid
+    if any(not _declared(device_facts(d, "").consumes, counters) for d in consuming):
+        return _PoolFacts(usable=False)  # a counter consumed that no counter set of the pool declares
+    return _PoolFacts(counters=counters) if counters else _USABLE
+
+
+def _declared(consumes: Any, counters: Mapping[str, Mapping[str, Exact]]) -> bool:
+    return all(
+        name in counters and all(counter in counters[name] for counter, _ in amounts)
+        for name, amounts in consumes
     )
+
+
+def _slice_name(slice_: _Slice) -> str:
+    return slice_.name
 
 
 def device_variable_of(driver: str, device: Mapping[str, Any]) -> Mapping[str, Any]:

@@ -13,7 +13,12 @@ Decides:
 * ``dra_gpus_enabled``: whether the CR lists ``GPUS_WITH_DRA`` among
   ``spec.configuration.developerConfiguration.featureGates``: then KubeVirt gives VMs GPUs through
   DRA claims, which need no ``permittedHostDevices`` entry. Only an explicit entry counts: KubeVirt
-  v1.8 (Cozystack's today) has the gate off by default, and the CR does not say which version runs.
+  v1.8 (Cozystack's today) has the gate off by default.
+* what the CR sets for every virt-launcher (``operators/gpuclass/launcher.py`` renders it):
+  ``cpu_allocation_ratio``, ``memory_overcommit``, ``cpu_request_millis`` (``cpuRequest``),
+  ``guest_memory_overhead_ratio``, ``serial_console_log_disabled``, ``support_container_resources``;
+  and ``observed_version``, the release virt-operator deployed (``status.observedKubeVirtVersion``).
+  Each reads KubeVirt's default when the field is absent or not of its type.
 
 Does not: read the CR. The glue that does (async GET of the named CR, or LIST of the namespace taking
 the single item; 404 or no item -> ``NotInstalled``; 403 -> ``Forbidden``; 5xx or timeout ->
@@ -23,10 +28,13 @@ Nor does it decide conditions: ``decide`` maps the view to ``KubeVirtPermitted``
 
 from __future__ import annotations
 
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any, Final
+
+from operators.gpuclass.quantity import parse_exact
 
 # How long a 5xx/timeout keeps the last definitive read before the permission becomes Unknown:
 # long enough to ride out an API server restart, short enough that a hoster is not misled for long.
@@ -37,6 +45,13 @@ DEVICE_TABLES: Final = ("pciHostDevices", "mediatedDevices", "usb")
 GPUS_WITH_DRA: Final = "GPUsWithDRA"
 # KubeVirt's default cpuAllocationRatio: a VM's vCPU requests a tenth of a CPU unless dedicated.
 DEFAULT_CPU_ALLOCATION_RATIO: Final = 10
+# KubeVirt's default memoryOvercommit (percent): a VM's guest memory is its request.
+DEFAULT_MEMORY_OVERCOMMIT: Final = 100
+# KubeVirt's default cpuRequest (100m), which leaves a VM's CPU request to cpuAllocationRatio.
+DEFAULT_CPU_REQUEST_MILLIS: Final = 100
+# The resources of supportContainerResources the operator counts, and the scale each is read in
+# (cpu in millicores, memory in bytes).
+SUPPORT_RESOURCES: Final = {"cpu": 1000, "memory": 1}
 
 
 @dataclass(frozen=True)
@@ -83,6 +98,76 @@ def cpu_allocation_ratio(kubevirt_cr: Mapping[str, Any] | None) -> int:
     developer = configuration.get("developerConfiguration") if isinstance(configuration, Mapping) else None
     ratio = developer.get("cpuAllocationRatio") if isinstance(developer, Mapping) else None
     return ratio if type(ratio) is int and ratio >= 1 else DEFAULT_CPU_ALLOCATION_RATIO
+
+
+def observed_version(kubevirt_cr: Mapping[str, Any] | None) -> str:
+    """``status.observedKubeVirtVersion``: the release virt-operator deployed (its image's tag, such
+    as ``v1.8.2``); "" when the CR does not say."""
+    status = (kubevirt_cr or {}).get("status")
+    version = status.get("observedKubeVirtVersion") if isinstance(status, Mapping) else None
+    return version if isinstance(version, str) else ""
+
+
+def memory_overcommit(kubevirt_cr: Mapping[str, Any] | None) -> int:
+    """``developerConfiguration.memoryOvercommit`` (percent): a VM stating only its guest memory
+    requests that times 100 / it (``DEFAULT_MEMORY_OVERCOMMIT`` when unset)."""
+    overcommit = _developer(kubevirt_cr).get("memoryOvercommit")
+    return overcommit if type(overcommit) is int and overcommit >= 1 else DEFAULT_MEMORY_OVERCOMMIT
+
+
+def cpu_request_millis(kubevirt_cr: Mapping[str, Any] | None) -> int:
+    """``spec.configuration.cpuRequest`` in millicores (rounded up): the CPU request of a VM without
+    one and without dedicated CPUs, when set to other than KubeVirt's default; else 0."""
+    exact = parse_exact(_configuration(kubevirt_cr).get("cpuRequest"))
+    millis = math.ceil(exact * 1000) if exact is not None else 0
+    return 0 if millis == DEFAULT_CPU_REQUEST_MILLIS else millis
+
+
+def guest_memory_overhead_ratio(kubevirt_cr: Mapping[str, Any] | None) -> str:
+    """``spec.configuration.additionalGuestMemoryOverheadRatio``: what KubeVirt multiplies each VM's
+    memory overhead by (a decimal string); "" when unset."""
+    ratio = _configuration(kubevirt_cr).get("additionalGuestMemoryOverheadRatio")
+    return ratio if isinstance(ratio, str) else ""
+
+
+def serial_console_log_disabled(kubevirt_cr: Mapping[str, Any] | None) -> bool:
+    """Whether ``virtualMachineOptions.disableSerialConsoleLog`` is set (to anything, ``{}`` too):
+    then virt-launchers get no ``guest-console-log`` sidecar unless a VM asks for one."""
+    options = _configuration(kubevirt_cr).get("virtualMachineOptions")
+    return isinstance(options, Mapping) and options.get("disableSerialConsoleLog") is not None
+
+
+def support_container_resources(
+    kubevirt_cr: Mapping[str, Any] | None, container_type: str
+) -> tuple[dict[str, int], dict[str, int]]:
+    """The (requests, limits) ``supportContainerResources`` sets for one type of KubeVirt's support
+    containers (``guest-console-log``...): ``cpu`` in millicores and ``memory`` in bytes, rounded up;
+    per resource the first entry of the type with a non-zero amount, as KubeVirt reads them."""
+    entries = _configuration(kubevirt_cr).get("supportContainerResources")
+    found: tuple[dict[str, int], dict[str, int]] = ({}, {})
+    for entry in entries if isinstance(entries, list) else ():
+        if not isinstance(entry, Mapping) or entry.get("type") != container_type:
+            continue
+        resources = _mapping(entry.get("resources"))
+        for kind, amounts in zip(("requests", "limits"), found, strict=True):
+            listed = _mapping(resources.get(kind))
+            for name, scale in SUPPORT_RESOURCES.items():
+                exact = parse_exact(listed.get(name)) if name not in amounts else None
+                if exact:  # KubeVirt skips a zero amount, and so does this
+                    amounts[name] = math.ceil(exact * scale)
+    return found
+
+
+def _configuration(kubevirt_cr: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return _mapping(_mapping((kubevirt_cr or {}).get("spec")).get("configuration"))
+
+
+def _developer(kubevirt_cr: Mapping[str, Any] | None) -> Mapping[str, Any]:
+    return _mapping(_configuration(kubevirt_cr).get("developerConfiguration"))
+
+
+def _mapping(value: object) -> Mapping[str, Any]:
+    return value if isinstance(value, Mapping) else {}
 
 
 def is_permitted(devices: PermittedDevices, resource: str) -> bool:

@@ -67,7 +67,7 @@ from datetime import UTC, datetime
 from typing import Any, Final, NamedTuple
 
 from operators.gpuclass import reasons
-from operators.gpuclass.dra import DeviceClassView, DraInventory
+from operators.gpuclass.dra import DeviceClassView, DeviceOffer, DraInventory
 from operators.gpuclass.inventory import Inventory, NodeState
 from operators.gpuclass.kubevirt import (
     DEFAULT_CPU_ALLOCATION_RATIO,
@@ -92,9 +92,9 @@ from operators.gpuclass.scheduling import (
     tolerates_all,
 )
 from operators.gpuclass.vmshape import (
-    DEFAULT_OVERHEAD,
-    Overhead,
+    KubeVirt,
     VmShape,
+    kubevirt_of,
     launcher_request,
     resolve,
     vm_shapes,
@@ -185,7 +185,7 @@ def decide(
     inventory: Inventory,
     kubevirt: KubeVirtView,
     dra: DraInventory = _NO_DRA,
-    overhead: Overhead = DEFAULT_OVERHEAD,
+    kubevirt_version: str = "",
     instancetypes: Mapping[str, Mapping[str, Any]] = _NO_INSTANCETYPES,
 ) -> dict[str, ClassDecision]:
     """The decision for every live class with a resourceName or a deviceClassName, by class name.
@@ -196,7 +196,10 @@ def decide(
     devices = permitted_names(kubevirt.cr) if isinstance(kubevirt, Found) else None
     permission = _Permission(kubevirt, devices, isinstance(kubevirt, Found) and dra_gpus_enabled(kubevirt.cr))
     ratio = cpu_allocation_ratio(kubevirt.cr) if isinstance(kubevirt, Found) else DEFAULT_CPU_ALLOCATION_RATIO
-    shaping = _Shaping(overhead, instancetypes, ratio)
+    shaping = _Shaping(
+        kubevirt_of(kubevirt.cr if isinstance(kubevirt, Found) else None, kubevirt_version, ratio),
+        instancetypes,
+    )
     summaries: dict[str, _ResourceSummary] = {}  # computed once per resource, shared by its classes
     decisions: dict[str, ClassDecision] = {}
     for cls in live:
@@ -368,6 +371,9 @@ class _NodeGroup:
     states: list[NodeState] = field(default_factory=list)
     # (units, cpu, memory) -> VMs of that shape the group's nodes fit
     _shape_vms: dict[tuple[int, int, int], int] = field(default_factory=dict)
+    # the DRA offers of the nodes of ``frees`` (None for a device plugin's node), in the same order
+    node_offers: list[DeviceOffer | None] = field(default_factory=list)
+    offers: bool = False  # some node's VMs are its DRA offer's, not ``free // size``
 
     def whole_vms(
         self, ask: tuple[int, int, int], cpu_on: Mapping[str, int], memory_on: Mapping[str, int]
@@ -378,13 +384,13 @@ class _NodeGroup:
             units, cpu, memory = ask
             known = 0
             if units <= self.max_free:
-                for free, node in zip(self.frees, self.states, strict=True):
-                    if free >= units:
+                for free, node, offer in zip(self.frees, self.states, self.node_offers, strict=True):
+                    if free >= units or offer is not None:
                         known += vms_on_node(
-                            units,
+                            1,
                             cpu,
                             memory,
-                            free,
+                            free // units if offer is None else offer.vms(units),
                             node.allocatable.get(CPU, 0) - cpu_on.get(node.name, 0),
                             node.allocatable.get(MEMORY, 0) - memory_on.get(node.name, 0),
                         )
@@ -397,6 +403,11 @@ class _NodeGroup:
         if known is None:
             if size > self.max_free:
                 known = 0
+            elif self.offers:
+                known = sum(
+                    free // size if offer is None else offer.vms(size)
+                    for free, offer in zip(self.frees, self.node_offers, strict=True)
+                )
             else:
                 if self._histogram is None:
                     self._histogram = Counter(self.frees)
@@ -421,7 +432,7 @@ def _summarize(inventory: Inventory, resource: str) -> _ResourceSummary:
     """One walk over the nodes advertising R; classes then only check each taint group once."""
     requested_on = inventory.requested_on(resource)
     summary = _summary(
-        (node, node.allocatable[resource], requested_on.get(name, 0))
+        (node, node.allocatable[resource], requested_on.get(name, 0), None)
         for name, node in inventory.advertisers(resource).items()
     )
     summary.cpu_on, summary.memory_on = inventory.requested_on(CPU), inventory.requested_on(MEMORY)
@@ -433,7 +444,7 @@ def _summarize_devices(inventory: Inventory, dra: DraInventory, device_class: st
     its requested units those of them that claims hold. Slices of nodes that do not exist offer none."""
     allocated_on = dra.allocated_on(device_class)
     summary = _summary(
-        (node, selected, allocated_on.get(name, 0))
+        (node, selected, allocated_on.get(name, 0), dra.offer(device_class, name))
         for name, selected in dra.selected_on(device_class).items()
         if (node := inventory.node(name)) is not None
     )
@@ -442,10 +453,12 @@ def _summarize_devices(inventory: Inventory, dra: DraInventory, device_class: st
     return summary
 
 
-def _summary(nodes: Iterable[tuple[NodeState, int, int]]) -> _ResourceSummary:
-    """One walk over (node, allocatable, requested) of the nodes that offer the class's devices."""
+def _summary(nodes: Iterable[tuple[NodeState, int, int, DeviceOffer | None]]) -> _ResourceSummary:
+    """One walk over (node, allocatable, requested, DRA offer) of the nodes that offer the class's
+    devices. A DRA node's free units and VMs are what its offer grants (counters, shares, taints,
+    pools the allocator skips), a device plugin's are its allocatable less its requests."""
     summary = _ResourceSummary()
-    for node, alloc, requested in nodes:
+    for node, alloc, requested, offer in nodes:
         summary.allocatable += alloc
         summary.requested += requested
         # The precedence of scheduling.verdict (not ready, then cordoned), inlined: this loop runs
@@ -458,14 +471,20 @@ def _summary(nodes: Iterable[tuple[NodeState, int, int]]) -> _ResourceSummary:
             group = summary.groups.get(node.taints)
             if group is None:
                 group = summary.groups[node.taints] = _NodeGroup()
-            free = alloc - requested if alloc > requested else 0  # clamp per node
+            if offer is not None:
+                free = offer.free
+                group.offers = True
+            else:
+                free = alloc - requested if alloc > requested else 0  # clamp per node
             group.nodes += 1
             if free:
                 group.free += free
                 group.frees.append(free)
                 group.states.append(node)
-                if free > group.max_free:
-                    group.max_free = free
+                group.node_offers.append(offer)
+                reach = free if offer is None else offer.largest  # the largest VM it holds
+                if reach > group.max_free:
+                    group.max_free = reach
             if alloc >= 1:
                 group.any_allocatable = True
     return summary
@@ -529,27 +548,27 @@ def _decide_class(
 
 @dataclass(frozen=True, slots=True)
 class _Shaping:
-    """What turns a shape into a virt-launcher's request, once per pass."""
+    """What turns a shape into a virt-launcher's request, once per pass: what the KubeVirt CR and
+    release set for every virt-launcher, and the cluster instance types shapes may name."""
 
-    overhead: Overhead
+    kubevirt: KubeVirt
     instancetypes: Mapping[str, Mapping[str, Any]]
-    cpu_allocation_ratio: int
 
 
 def _shape_fit(
     named: VmShape, offering: Iterable[_NodeGroup], summary: _ResourceSummary, shaping: _Shaping
 ) -> Fit:
-    """How many VMs of ``shape`` start now, each with its GPUs, CPU and memory from one node (none
-    when it names an instance type that is not there)."""
-    shape = resolve(named, shaping.instancetypes, shaping.cpu_allocation_ratio)
-    if shape is None:
+    """How many VMs of ``named`` start now, each with its GPUs and its virt-launcher's CPU and memory
+    (as KubeVirt renders it) from one node (none when it names an instance type that is not there)."""
+    if not named.whole:
+        return Fit(named.units, sum(group.vms(named.units) for group in offering), named.name)
+    vm = resolve(named, shaping.instancetypes)
+    if vm is None:
         return Fit(named.units, 0, named.name)
-    cpu, memory = launcher_request(shape, shaping.overhead)
-    if not shape.whole:
-        return Fit(shape.units, sum(group.vms(shape.units) for group in offering), shape.name)
-    ask = (shape.units, cpu, memory)
+    cpu, memory = launcher_request(vm, shaping.kubevirt)
+    ask = (vm.gpus, cpu, memory)
     vms = sum(group.whole_vms(ask, summary.cpu_on, summary.memory_on) for group in offering)
-    return Fit(shape.units, vms, shape.name)
+    return Fit(vm.gpus, vms, named.name)
 
 
 @functools.lru_cache(maxsize=256)  # bounded: size lists come from specs a hoster edits

@@ -1,9 +1,10 @@
 """The GPUClass operator's settings: flags, each with an environment variable as its default.
 
 Decides: the GPUClass-specific names and defaults (the KubeVirt CR's namespace and name, how a burst
-of events becomes one pass, the KubeVirt recheck, the namespace of Events); the common flags
-(kubeconfig, metrics and health ports, leader election, API timeout, the stuck-reconcile bound) are
-``shared.operator``'s, under the ``GPUCLASS_`` prefix. Cozystack runs one KubeVirt CR named
+of events becomes one pass, the KubeVirt recheck, the namespace of Events, the KubeVirt release
+whose rules render a whole VM's virt-launcher); the common flags (kubeconfig, metrics and health
+ports, leader election, API timeout, the stuck-reconcile bound) are ``shared.operator``'s, under the
+``GPUCLASS_`` prefix. Cozystack runs one KubeVirt CR named
 ``kubevirt`` in ``cozy-kubevirt``; an empty name means "list the namespace and take the single CR".
 
 Does not: read anything but its arguments and the environment, or start anything.
@@ -15,7 +16,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Final
 
-from operators.gpuclass.vmshape import MIB, Overhead
 from shared.operator import RuntimeSettings, parse_settings, setting
 
 # The prefix of every environment variable, and the Lease the replicas elect a leader through.
@@ -48,26 +48,13 @@ class Settings:
     events_namespace: str = setting(
         "default", str, "namespace for Events about classes (cluster-scoped objects have none of their own)"
     )
-    # What KubeVirt adds to a whole VM's virt-launcher request (operators/gpuclass/vmshape.py).
-    vm_memory_overhead_mib: int = setting(
-        1280,
-        int,
-        "memory KubeVirt adds to a whole VM's virt-launcher request: virt-launcher, libvirt, QEMU, "
-        "video, and 1 GiB for VFIO passthrough; the guest's page tables (memory / 512) are added on top",
+    # Whose rules render a whole VM's virt-launcher (operators/gpuclass/launcher.py).
+    kubevirt_version: str = setting(
+        "",
+        str,
+        "the KubeVirt release whose virt-launcher rendering whole-VM shapes follow (v1.9.0); empty: the "
+        "KubeVirt CR's status.observedKubeVirtVersion, else the newest rules known",
     )
-    vm_memory_overhead_per_cpu_mib: int = setting(
-        8, int, "memory KubeVirt adds per vCPU of a whole VM (the shape's cpu, rounded up)"
-    )
-    vm_cpu_overhead_millis: int = setting(
-        0, int, "CPU (millicores) added to a whole VM's virt-launcher request"
-    )
-
-    def overhead(self) -> Overhead:
-        return Overhead(
-            memory_fixed=self.vm_memory_overhead_mib * MIB,
-            memory_per_cpu=self.vm_memory_overhead_per_cpu_mib * MIB,
-            cpu_millis=self.vm_cpu_overhead_millis,
-        )
 
 
 def parse(argv: Sequence[str] | None = None) -> Settings:

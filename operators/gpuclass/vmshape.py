@@ -3,47 +3,53 @@
 Decides:
 
 * ``VmShape``: one entry of a class's ``spec.vmShapes``: a ``name`` (the key of its ``status.fits``
-  entry), GPU ``units``, and optionally ``cpu`` (the virt-launcher's CPU request for the guest:
-  its vCPUs with dedicated CPU placement, what KubeVirt's ``cpuAllocationRatio`` makes of them
-  otherwise) and ``memory`` (the guest's memory);
-* ``launcher_request``: what the VM's virt-launcher pod asks the scheduler for, as cpu millicores
-  and memory bytes: the shape's, plus KubeVirt's overhead (``Overhead``, the operator's settings):
-  a fixed amount of memory for virt-launcher, libvirt, QEMU and, with a GPU passed through, the
-  1 GiB KubeVirt adds for VFIO; per vCPU (the shape's cpu, rounded up) a few MiB; the guest's page
-  tables, 1/512 of its memory; and a CPU share. A shape with neither cpu nor memory asks for GPU
-  units only (today's ``vmSizes`` meaning): no overhead, and any node's CPU and memory do;
+  entry), GPU ``units``, and either ``cpu`` and ``memory`` or ``instancetype``. A shape with neither
+  asks for GPU units only (today's ``vmSizes`` meaning): any node's CPU and memory do.
+* ``resolve``: the VM a shape stands for, as KubeVirt's virt-controller sees it
+  (``launcher.Vm``), whose virt-launcher ``launcher.launcher_request`` renders as KubeVirt does:
+  the compute container (the VM's request plus KubeVirt's overhead, see ``launcher``) and the
+  console-log sidecar. Every shape has GPUs, so every VM gets KubeVirt's 1 GiB for VFIO.
+
+  - ``{cpu, memory}`` is a VM written with ``resources.requests`` ``{cpu, memory}``: ``cpu`` is what
+    the virt-launcher requests for the guest (as before; KubeVirt keeps a VM's own CPU request), its
+    vCPUs that rounded up (KubeVirt's default topology: one socket per CPU requested); ``memory`` is
+    the guest's and its request (its page tables count). A shape with only ``memory`` is a 1-vCPU VM
+    requesting ``1/cpuAllocationRatio`` of a CPU; one with only ``cpu`` asks the overhead's memory.
+  - ``instancetype`` names a ``VirtualMachineClusterInstancetype`` (``instancetype.kubevirt.io/v1beta1``):
+    ``spec.cpu.guest`` vCPUs, ``dedicatedCPUPlacement``, ``isolateEmulatorThread``,
+    ``spec.memory.guest`` (and ``overcommitPercent``, which KubeVirt turns into a memory request in
+    float32 arithmetic), ``spec.gpus`` (their count is the units unless the shape sets ``units``),
+    ``spec.hostDevices``, ``spec.ioThreads.supplementalPoolThreadCount`` (the IOThreads of
+    ``ioThreadsPolicy: supplementalPool``, which KubeVirt adds to the CPUs; ``shared`` and ``auto``
+    change no request) and ``spec.launchSecurity`` (SEV). One that does not exist (or is not
+    served, or has neither vCPUs nor memory) resolves to nothing: the shape fits 0.
 * ``vms_on_node``: how many such VMs one node holds: the fewest of its free GPU units, CPU and
   memory, each divided by what one VM asks.
 
-The defaults of ``Overhead`` follow KubeVirt's ``GetMemoryOverhead`` for an x86 VM with a GPU
-passed through and a video device, rounded up: they overestimate a little rather than under, so a
-counted VM starts. A hoster whose VMs differ sets them (see the operator's flags).
-
-A shape may instead name a KubeVirt cluster instance type (``instancetype``, a
-``VirtualMachineClusterInstancetype`` of ``instancetype.kubevirt.io/v1beta1``): ``resolve`` reads
-its ``spec.cpu.guest`` vCPUs, ``spec.memory.guest`` and, for the GPU units, the number of
-``spec.gpus`` (or the shape's own ``units``). Its CPU request is the vCPUs with
-``spec.cpu.dedicatedCPUPlacement``, else the vCPUs divided by the KubeVirt CR's
-``developerConfiguration.cpuAllocationRatio`` (default 10), as KubeVirt renders the virt-launcher.
-An instance type that does not exist (or is not served) resolves to nothing: the shape fits 0.
-
-Does not: read an instance type (the glue lists them on a pass), or look at anything but the
-shape, the instance type and the overhead.
+Does not: read an instance type (the glue lists them on a pass), or a preference (a preference
+turning off the graphics device or the serial console makes the VM ask less than counted here).
 """
 
 from __future__ import annotations
 
 import math
 import re
+import struct
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any, Final
 
+# Re-exported (``as``): a pass needs only this module to turn shapes into virt-launcher requests.
+from operators.gpuclass.launcher import MIB as MIB
+from operators.gpuclass.launcher import MILLIS_PER_CPU, Vm
+from operators.gpuclass.launcher import KubeVirt as KubeVirt
+from operators.gpuclass.launcher import kubevirt_of as kubevirt_of
+from operators.gpuclass.launcher import launcher_containers as launcher_containers
+from operators.gpuclass.launcher import launcher_request as launcher_request
 from operators.gpuclass.quantity import parse_exact
 
-MIB: Final = 1024 * 1024
-# KubeVirt's page tables: one byte for every 512 bytes of guest memory.
-PAGE_TABLE_DIVISOR: Final = 512
+# The whole of a percentage (an instance type's memory.overcommitPercent).
+PERCENT: Final = 100
 # At most this many shapes a class (the CRD's maxItems).
 MAX_VM_SHAPES: Final = 8
 # A shape's name: a DNS label (the CRD checks it too).
@@ -51,29 +57,17 @@ _NAME: Final = re.compile(r"^[a-z0-9]([-a-z0-9]{0,61}[a-z0-9])?$")
 
 
 @dataclass(frozen=True, slots=True)
-class Overhead:
-    """What KubeVirt adds to a VM's virt-launcher request (defaults: see the module docstring)."""
-
-    memory_fixed: int = 1280 * MIB  # virt-launcher ~250 MiB with libvirt, QEMU, video; VFIO 1 GiB
-    memory_per_cpu: int = 8 * MIB
-    cpu_millis: int = 0
-
-
-DEFAULT_OVERHEAD: Final = Overhead()
-
-
-@dataclass(frozen=True, slots=True)
 class VmShape:
     name: str
     units: int
-    cpu_millis: int = 0  # 0: the shape does not ask for CPU
-    memory: int = 0  # bytes; 0: the shape does not ask for memory
-    instancetype: str = ""  # a VirtualMachineClusterInstancetype to read the figures from
+    cpu_millis: int = 0  # the VM's CPU request; 0: none
+    memory: int = 0  # bytes, the VM's memory request; 0: none
+    instancetype: str = ""  # a VirtualMachineClusterInstancetype to read the VM from
 
     @property
     def whole(self) -> bool:
-        """Whether the shape asks for CPU or memory (else GPU units only)."""
-        return bool(self.cpu_millis or self.memory)
+        """Whether the shape is a VM (CPU, memory or an instance type), else GPU units only."""
+        return bool(self.cpu_millis or self.memory or self.instancetype)
 
 
 def vm_shapes(value: object) -> tuple[VmShape, ...]:
@@ -88,20 +82,6 @@ def vm_shapes(value: object) -> tuple[VmShape, ...]:
     return tuple(shapes.values())
 
 
-def launcher_request(shape: VmShape, overhead: Overhead) -> tuple[int, int]:
-    """(cpu millicores, memory bytes) the VM's virt-launcher asks for; (0, 0) for GPU units only."""
-    if not shape.whole:
-        return 0, 0
-    cpus = math.ceil(shape.cpu_millis / 1000)
-    memory = (
-        shape.memory
-        + overhead.memory_fixed
-        + overhead.memory_per_cpu * cpus
-        + math.ceil(shape.memory / PAGE_TABLE_DIVISOR)
-    )
-    return shape.cpu_millis + overhead.cpu_millis, memory
-
-
 def vms_on_node(units: int, cpu: int, memory: int, free_units: int, free_cpu: int, free_memory: int) -> int:
     """VMs of ``units`` GPUs, ``cpu`` millicores and ``memory`` bytes one node holds (0 asks none)."""
     vms = free_units // units
@@ -112,29 +92,51 @@ def vms_on_node(units: int, cpu: int, memory: int, free_units: int, free_cpu: in
     return vms
 
 
-def resolve(
-    shape: VmShape, instancetypes: Mapping[str, Mapping[str, Any]], cpu_allocation_ratio: int
-) -> VmShape | None:
-    """The shape with an instance type's figures filled in; None when it names one that is not
-    there (or one without GPUs, when the shape sets no units). A shape naming none is itself."""
+def resolve(shape: VmShape, instancetypes: Mapping[str, Mapping[str, Any]]) -> Vm | None:
+    """The VM a whole shape stands for; None when it names an instance type that is not there (or
+    one without GPUs, when the shape sets no units)."""
     if not shape.instancetype:
-        return shape
+        vcpus = max(1, math.ceil(shape.cpu_millis / MILLIS_PER_CPU))
+        return Vm(vcpus, shape.memory, shape.memory, shape.cpu_millis, gpus=shape.units)
     found = instancetypes.get(shape.instancetype)
     spec = found.get("spec") if isinstance(found, Mapping) else None
     if not isinstance(spec, Mapping):
         return None
-    cpu_spec = _mapping(spec.get("cpu"))
-    memory_spec = _mapping(spec.get("memory"))
-    vcpus = cpu_spec.get("guest")
-    memory = _amount(memory_spec.get("guest"), 1)
-    gpus = spec.get("gpus")
+    cpu_spec, memory_spec = _mapping(spec.get("cpu")), _mapping(spec.get("memory"))
+    guest_cpus, guest = cpu_spec.get("guest"), _amount(memory_spec.get("guest"), 1)
+    gpus, host_devices = spec.get("gpus"), spec.get("hostDevices")
     units = shape.units or (len(gpus) if isinstance(gpus, list) else 0)
-    if type(vcpus) is not int or vcpus < 1 or not memory or units < 1:
+    if type(guest_cpus) is not int or guest_cpus < 1 or not guest or units < 1:
         return None
-    dedicated = cpu_spec.get("dedicatedCPUPlacement") is True
-    ratio = max(1, cpu_allocation_ratio)
-    cpu_millis = vcpus * 1000 if dedicated else math.ceil(vcpus * 1000 / ratio)
-    return VmShape(shape.name, units, cpu_millis, memory, shape.instancetype)
+    pool = _mapping(spec.get("ioThreads")).get("supplementalPoolThreadCount")
+    security = _mapping(spec.get("launchSecurity"))
+    return Vm(
+        guest_cpus,
+        guest,
+        memory_request=_overcommitted(guest, memory_spec.get("overcommitPercent")),
+        gpus=units,
+        host_devices=len(host_devices) if isinstance(host_devices, list) else 0,
+        dedicated=cpu_spec.get("dedicatedCPUPlacement") is True,
+        isolate_emulator_thread=cpu_spec.get("isolateEmulatorThread") is True,
+        io_thread_cpus=pool if type(pool) is int and pool > 0 else 0,
+        sev=security.get("sev") is not None or security.get("snp") is not None,
+    )
+
+
+def _overcommitted(guest: int, percent: object) -> int:
+    """The memory request an instance type's ``overcommitPercent`` gives (``applyMemory``, in Go's
+    float32 arithmetic, truncated); 0 (none: the renderer uses the guest memory) when unset."""
+    if type(percent) is not int or not 0 < percent <= PERCENT:
+        return 0
+    share = _float32(1 - _float32(_float32(percent) / PERCENT))
+    return int(_float32(_float32(guest) * share))
+
+
+def _float32(value: float) -> float:
+    """``value`` rounded to a float32 (each float32 operation of Go, done in float64 then rounded,
+    gives the same result: float64 carries more than twice float32's precision)."""
+    rounded: float = struct.unpack("f", struct.pack("f", value))[0]
+    return rounded
 
 
 def _shape(entry: Mapping[str, Any]) -> VmShape | None:

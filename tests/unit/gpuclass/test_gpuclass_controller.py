@@ -17,7 +17,13 @@ from prometheus_client import CollectorRegistry
 
 from harness.manifests import load
 from harness.memapi import MemApi
-from operators.gpuclass.api import DEVICE_CLASSES, GPUCLASSES, RESOURCE_CLAIMS, RESOURCE_SLICES
+from operators.gpuclass.api import (
+    DEVICE_CLASSES,
+    DEVICE_TAINT_RULES,
+    GPUCLASSES,
+    RESOURCE_CLAIMS,
+    RESOURCE_SLICES,
+)
 from operators.gpuclass.controller import (
     ALL_CLASSES,
     POD_FIELD_SELECTOR,
@@ -120,6 +126,7 @@ def test_the_wiring_declares_what_a_pass_writes() -> None:
         DEVICE_CLASSES,
         RESOURCE_SLICES,
         RESOURCE_CLAIMS,
+        DEVICE_TAINT_RULES,
     }
 
 

@@ -11,7 +11,8 @@ import pytest
 import operators.gpuclass.dra as dra_module
 from operators.gpuclass import reasons
 from operators.gpuclass.device_selectors import Selector
-from operators.gpuclass.dra import DraInventory, allocated_devices, device_variable_of, required_driver
+from operators.gpuclass.dra import DraInventory, device_variable_of, required_driver
+from operators.gpuclass.dra_objects import holding
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found, NotInstalled, dra_gpus_enabled
 from operators.gpuclass.reconcile import DEVICE_CLASS_PREFIX, decide
@@ -209,8 +210,8 @@ def test_the_aggregates_do_not_depend_on_the_order_of_events() -> None:
 
 def test_allocated_devices_reads_the_allocation_results() -> None:
     claim = make_claim("a", "h200", 2, allocated=[("n1", "gpu-0"), ("n1", "gpu-1")])
-    assert allocated_devices(claim) == {(GPU_DRIVER, "n1", "gpu-0"), (GPU_DRIVER, "n1", "gpu-1")}
-    assert allocated_devices(make_claim("b", "h200")) == frozenset()
+    assert holding(claim).devices == {(GPU_DRIVER, "n1", "gpu-0"), (GPU_DRIVER, "n1", "gpu-1")}
+    assert holding(make_claim("b", "h200")).devices == frozenset()
 
 
 # --- the pass: a DRA class beside a device-plugin class -------------------------------------------

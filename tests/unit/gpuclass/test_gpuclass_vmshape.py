@@ -1,4 +1,5 @@
-"""Whole-VM fits: a VM's GPUs, CPU and memory (with KubeVirt's overhead) all from one node."""
+"""Whole-VM fits: a VM's GPUs, CPU and memory (its virt-launcher as KubeVirt renders it) all from one
+node. The renderer's own figures are ``test_gpuclass_launcher.py``'s table."""
 
 from __future__ import annotations
 
@@ -9,11 +10,11 @@ import pytest
 from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
+from operators.gpuclass.launcher import Vm
 from operators.gpuclass.reconcile import decide, fits_summary, named_instancetypes
 from operators.gpuclass.scheduling import compute_requests
 from operators.gpuclass.vmshape import (
     MIB,
-    Overhead,
     VmShape,
     launcher_request,
     resolve,
@@ -34,29 +35,31 @@ from tests.gpuclass_builders import (
 )
 
 GIB = 1024 * MIB
-NO_OVERHEAD = Overhead(memory_fixed=0, memory_per_cpu=0, cpu_millis=0)
 PERMITS = Found(make_kubevirt_cr(pci=[H200], dra=True))
 BIG_VM = {"name": "g2-large", "units": 2, "cpu": "32", "memory": "256Gi"}
 
 
 @pytest.mark.parametrize(
-    ("shape", "overhead", "asks"),
+    ("shape", "vm"),
     [
-        # GPU units only: no overhead, any node's CPU and memory do
-        (VmShape("gpus", 2), Overhead(), (0, 0)),
-        (VmShape("bare", 1, 4000, 16 * GIB), NO_OVERHEAD, (4000, 16 * GIB + 16 * GIB // 512)),
-        # fixed + per vCPU (rounded up) + page tables + the CPU share
-        (
-            VmShape("vm", 1, 3500, 8 * GIB),
-            Overhead(memory_fixed=1280 * MIB, memory_per_cpu=8 * MIB, cpu_millis=100),
-            (3600, 8 * GIB + 1280 * MIB + 4 * 8 * MIB + 8 * GIB // 512),
-        ),
+        # cpu and memory: a VM requesting them; its vCPUs the CPUs rounded up; the units its GPUs
+        (VmShape("bare", 1, 4000, 16 * GIB), Vm(4, 16 * GIB, 16 * GIB, 4000, gpus=1)),
+        (VmShape("vm", 2, 3500, 8 * GIB), Vm(4, 8 * GIB, 8 * GIB, 3500, gpus=2)),
+        # memory only: KubeVirt's default topology of one vCPU, its CPU request left to the ratio
+        (VmShape("memory-only", 1, 0, 8 * GIB), Vm(1, 8 * GIB, 8 * GIB, 0, gpus=1)),
+        (VmShape("cpu-only", 1, 2000), Vm(2, 0, 0, 2000, gpus=1)),
     ],
 )
-def test_a_launcher_asks_for_the_vm_plus_kubevirts_overhead(
-    shape: VmShape, overhead: Overhead, asks: tuple[int, int]
-) -> None:
-    assert launcher_request(shape, overhead) == asks
+def test_a_plain_shape_is_a_vm_requesting_its_cpu_and_memory(shape: VmShape, vm: Vm) -> None:
+    assert resolve(shape, {}) == vm
+
+
+def test_a_plain_shape_asks_what_kubevirt_renders_for_it() -> None:
+    # 3500m; memory: 8Gi + 8Gi/512 (16 MiB) + 240 + 4*8 + 8 + 32 + 1024 MiB (the newest rules),
+    # and the console log's 5m and 35M
+    vm = resolve(VmShape("vm", 1, 3500, 8 * GIB), {})
+    assert vm is not None
+    assert launcher_request(vm) == (3500 + 5, 8 * GIB + (16 + 240 + 32 + 8 + 32 + 1024) * MIB + 35_000_000)
 
 
 @pytest.mark.parametrize(
@@ -116,7 +119,7 @@ def compute_world() -> Inventory:
 def test_whole_vm_fits_need_gpus_cpu_and_memory_on_one_node_and_sizes_keep_their_meaning() -> None:
     shapes = [BIG_VM, {"name": "gpus-only", "units": 2}]
     cls = make_class("h200", H200, vm_sizes=[2], vm_shapes=shapes)
-    status = decide([cls], compute_world(), PERMITS, overhead=NO_OVERHEAD)["h200"].status
+    status = decide([cls], compute_world(), PERMITS)["h200"].status
     assert [(f.name, f.units, f.vms) for f in status.fits] == [
         ("", 2, 4),  # by GPUs alone, both nodes
         ("g2-large", 2, 1),  # only gpu-b has 32 cores free
@@ -131,12 +134,14 @@ def test_the_overhead_can_make_a_vm_not_fit() -> None:
     inventory.upsert_node(make_node("gpu-a", allocatable={H200: "2"}))
     inventory.upsert_pod(make_pod("ram", node="gpu-a", containers=[container(requests={"memory": "775Gi"})]))
     cls = make_class("h200", H200, vm_shapes=[BIG_VM])
-    # 1031927Mi - 775Gi - 64Mi leaves ~231 GiB: 256 GiB does not fit; with 0 guest memory asked, it does
-    assert decide([cls], inventory, PERMITS, overhead=NO_OVERHEAD)["h200"].status.fits[-1].vms == 0
+    # 1031927Mi - 775Gi - 64Mi leaves ~231 GiB: 256 GiB does not fit; 200 GiB and its ~2 GiB overhead do
+    assert decide([cls], inventory, PERMITS)["h200"].status.fits[-1].vms == 0
     smaller = make_class("h200", H200, vm_shapes=[{**BIG_VM, "memory": "200Gi"}])
-    assert decide([smaller], inventory, PERMITS, overhead=NO_OVERHEAD)["h200"].status.fits[-1].vms == 1
-    heavy = Overhead(memory_fixed=40 * GIB)
-    assert decide([smaller], inventory, PERMITS, overhead=heavy)["h200"].status.fits[-1].vms == 0
+    assert decide([smaller], inventory, PERMITS)["h200"].status.fits[-1].vms == 1
+    # the CR's additionalGuestMemoryOverheadRatio multiplies that overhead: 20 x ~2 GiB is too much
+    heavy = make_kubevirt_cr(pci=[H200], dra=True)
+    heavy["spec"]["configuration"]["additionalGuestMemoryOverheadRatio"] = "20"
+    assert decide([smaller], inventory, Found(heavy))["h200"].status.fits[-1].vms == 0
 
 
 def test_a_dra_class_counts_whole_vms_too() -> None:
@@ -147,13 +152,15 @@ def test_a_dra_class_counts_whole_vms_too() -> None:
     dra.upsert_slice(("", "dra-a"), make_slice("dra-a", "dra-a", [gpu_device(f"gpu-{i}") for i in range(8)]))
     dra.upsert_claim(("t", "a"), make_claim("a", "h200", allocated=[("dra-a", "gpu-0")]))
     cls = make_class("h200-dra", "", device_class="h200", vm_shapes=[BIG_VM])
-    status = decide([cls], inventory, PERMITS, dra, overhead=NO_OVERHEAD)["h200-dra"].status
+    status = decide([cls], inventory, PERMITS, dra)["h200-dra"].status
     # 7 free GPUs make 3 VMs of 2; 63.5 cores make 1 VM of 32 (the CPU bounds it)
     assert [(f.name, f.vms) for f in status.fits][-1] == ("g2-large", 1)
 
 
-def instancetype(name: str, vcpus: Any, memory: Any, gpus: int, *, dedicated: bool = False) -> dict[str, Any]:
-    """A VirtualMachineClusterInstancetype as KubeVirt serves it."""
+def instancetype(
+    name: str, vcpus: Any, memory: Any, gpus: int, *, dedicated: bool = False, **spec: Any
+) -> dict[str, Any]:
+    """A VirtualMachineClusterInstancetype as KubeVirt serves it; ``spec`` adds fields."""
     cpu: dict[str, Any] = {"guest": vcpus}
     if dedicated:
         cpu["dedicatedCPUPlacement"] = True
@@ -165,6 +172,7 @@ def instancetype(name: str, vcpus: Any, memory: Any, gpus: int, *, dedicated: bo
             "cpu": cpu,
             "memory": {"guest": memory},
             "gpus": [{"name": f"gpu{i}", "deviceName": H200} for i in range(gpus)],
+            **spec,
         },
     }
 
@@ -172,30 +180,55 @@ def instancetype(name: str, vcpus: Any, memory: Any, gpus: int, *, dedicated: bo
 INSTANCETYPES = {
     "g2.dedicated": instancetype("g2.dedicated", 32, "256Gi", 2, dedicated=True),
     "g2.shared": instancetype("g2.shared", 32, "256Gi", 2),
+    "g2.tuned": instancetype(
+        "g2.tuned",
+        32,
+        "256Gi",
+        2,
+        ioThreadsPolicy="supplementalPool",
+        ioThreads={"supplementalPoolThreadCount": 2},
+        hostDevices=[{"name": "nvswitch", "deviceName": "nvidia.com/NVSWITCH"}],
+        launchSecurity={"sev": {}},
+    ),
     "no-gpus": instancetype("no-gpus", 4, "8Gi", 0),
     "broken": instancetype("broken", "many", "8Gi", 1),
 }
+INSTANCETYPES["g2.tuned"]["spec"]["cpu"].update(dedicatedCPUPlacement=True, isolateEmulatorThread=True)
+INSTANCETYPES["g2.tuned"]["spec"]["memory"]["overcommitPercent"] = 10
 
 
 @pytest.mark.parametrize(
-    ("shape", "ratio", "resolved"),
+    ("shape", "resolved"),
     [
-        # dedicated CPUs: the vCPUs; else the vCPUs over KubeVirt's cpuAllocationRatio
-        (VmShape("a", 0, instancetype="g2.dedicated"), 10, VmShape("a", 2, 32000, 256 * GIB, "g2.dedicated")),
-        (VmShape("a", 0, instancetype="g2.shared"), 10, VmShape("a", 2, 3200, 256 * GIB, "g2.shared")),
-        (VmShape("a", 0, instancetype="g2.shared"), 1, VmShape("a", 2, 32000, 256 * GIB, "g2.shared")),
+        # the instance type's vCPUs and guest memory (no memory request: KubeVirt renders the guest's)
+        (VmShape("a", 0, instancetype="g2.dedicated"), Vm(32, 256 * GIB, gpus=2, dedicated=True)),
+        (VmShape("a", 0, instancetype="g2.shared"), Vm(32, 256 * GIB, gpus=2)),
+        # overcommitPercent 10, in Go's float32: float32(0.1) = 0.100000001490116..., 1 - that rounds
+        # to the float32 0.89999997615814208984375 = 15099494 / 2^24; times 2^38 B (256Gi) =
+        # 15099494 * 2^14 = 247390109696 B (exactly a float32)
+        (
+            VmShape("a", 0, instancetype="g2.tuned"),
+            Vm(
+                32,
+                256 * GIB,
+                247390109696,
+                gpus=2,
+                host_devices=1,
+                dedicated=True,
+                isolate_emulator_thread=True,
+                io_thread_cpus=2,
+                sev=True,
+            ),
+        ),
         # the shape's units win over the instance type's GPU count
-        (VmShape("a", 4, instancetype="no-gpus"), 10, VmShape("a", 4, 400, 8 * GIB, "no-gpus")),
-        (VmShape("a", 0, instancetype="no-gpus"), 10, None),  # no units at all
-        (VmShape("a", 0, instancetype="missing"), 10, None),
-        (VmShape("a", 0, instancetype="broken"), 10, None),
-        (VmShape("plain", 1, 1000, GIB), 10, VmShape("plain", 1, 1000, GIB)),  # names none
+        (VmShape("a", 4, instancetype="no-gpus"), Vm(4, 8 * GIB, gpus=4)),
+        (VmShape("a", 0, instancetype="no-gpus"), None),  # no units at all
+        (VmShape("a", 0, instancetype="missing"), None),
+        (VmShape("a", 0, instancetype="broken"), None),
     ],
 )
-def test_a_shape_naming_an_instance_type_takes_its_figures(
-    shape: VmShape, ratio: int, resolved: VmShape | None
-) -> None:
-    assert resolve(shape, INSTANCETYPES, ratio) == resolved
+def test_a_shape_naming_an_instance_type_takes_its_figures(shape: VmShape, resolved: Vm | None) -> None:
+    assert resolve(shape, INSTANCETYPES) == resolved
 
 
 def test_a_shape_naming_an_instance_type_fits_by_it_and_a_missing_one_fits_none() -> None:
@@ -205,5 +238,27 @@ def test_a_shape_naming_an_instance_type_fits_by_it_and_a_missing_one_fits_none(
     ]
     cls = make_class("h200", H200, vm_sizes=[2], vm_shapes=shapes)
     assert named_instancetypes([cls]) == {"g2.dedicated", "missing"}
-    status = decide([cls], compute_world(), PERMITS, overhead=NO_OVERHEAD, instancetypes=INSTANCETYPES)
+    status = decide([cls], compute_world(), PERMITS, instancetypes=INSTANCETYPES)
     assert fits_summary(status["h200"].status.fits) == "2:4 dedicated:1 gone:0"  # as g2-large: gpu-b only
+
+
+def test_the_kubevirt_release_decides_the_overhead() -> None:
+    # a node whose free memory holds 4 VMs of 1 vCPU and 1Gi by v1.9's rules but not by v1.10's:
+    # 1Gi + 220 + 8 + 8 + 32 + 1024 MiB + 35M = 2316 MiB + 35M a VM (v1.10: 20 MiB more)
+    per_vm_v19 = GIB + 1292 * MIB + 35_000_000
+    inventory = Inventory(compute=True)
+    inventory.upsert_node(make_node("gpu-a", allocatable={H200: "8", "memory": str(4 * per_vm_v19)}))
+    shapes = [{"name": "small", "instancetype": "small"}]
+    small = {"small": instancetype("small", 1, "1Gi", 1)}
+    cls = make_class("h200", H200, vm_sizes=[1], vm_shapes=shapes)
+    v19 = make_kubevirt_cr(pci=[H200])
+    v19["status"] = {"observedKubeVirtVersion": "v1.9.0"}
+    fits = decide([cls], inventory, Found(v19), instancetypes=small)["h200"].status.fits
+    assert fits[-1].vms == 4
+    fits = decide([cls], inventory, Found(v19), kubevirt_version="v1.10.0", instancetypes=small)[
+        "h200"
+    ].status.fits
+    assert fits[-1].vms == 3
+    # no version anywhere: the newest rules (v1.10's)
+    fits = decide([cls], inventory, PERMITS, instancetypes=small)["h200"].status.fits
+    assert fits[-1].vms == 3

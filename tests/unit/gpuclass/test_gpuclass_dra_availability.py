@@ -1,0 +1,106 @@
+"""What the allocator would grant, on issue 33's worlds: the pure core against figures worked out by
+hand from kube-scheduler's allocator rules (``tests/gpuclass_dra_worlds.py`` says how), one row each;
+the integration test asks the real kube-scheduler the same."""
+
+from __future__ import annotations
+
+import pytest
+
+from operators.gpuclass.allocator import Candidate, claims_granted
+from operators.gpuclass.dra import DraInventory
+from operators.gpuclass.inventory import Inventory
+from operators.gpuclass.kubevirt import Found
+from operators.gpuclass.reconcile import decide
+from tests.gpuclass_builders import make_class, make_kubevirt_cr, make_node
+from tests.gpuclass_dra_worlds import (
+    WORLDS,
+    World,
+    device_classes,
+    held_claims,
+    slices,
+    taint_rules,
+)
+
+NODE = "rows-n1"
+PERMITS = Found(make_kubevirt_cr(pci=[], dra=True))
+
+
+def folded(world: World) -> tuple[Inventory, DraInventory]:
+    """The world's node and DRA objects, folded as the operator folds them."""
+    inventory, dra = Inventory(), DraInventory()
+    inventory.upsert_node(make_node(NODE))
+    for obj in device_classes():
+        dra.upsert_class(obj)
+    for obj in slices(world, NODE):
+        dra.upsert_slice(("", obj["metadata"]["name"]), obj)
+    for obj in taint_rules(world, NODE):
+        dra.upsert_taint_rule(obj)
+    for obj in held_claims(world, NODE):
+        dra.upsert_claim(("t", obj["metadata"]["name"]), obj)
+    return inventory, dra
+
+
+def counted(world: World) -> int:
+    """What GPUClass says of the world: VMs of ``k`` devices that could start now."""
+    inventory, dra = folded(world)
+    cls = make_class("rows", "", device_class=world.device_class, vm_sizes=[world.k])
+    (fit,) = decide([cls], inventory, PERMITS, dra)["rows"].status.fits
+    return fit.vms
+
+
+@pytest.mark.parametrize("world", WORLDS, ids=[w.name for w in WORLDS])
+def test_the_count_is_what_the_allocator_grants(world: World) -> None:
+    assert counted(world) == world.counted
+
+
+def test_free_units_of_a_partitioned_gpu_are_single_claims_granted_in_order() -> None:
+    inventory, dra = folded(WORLDS[1])  # two GPUs, each whole and in halves
+    status = decide([make_class("rows", "", device_class="rows-gpu")], inventory, PERMITS, dra)["rows"].status
+    # One at a time: whole-0, whole-1. A claim of two: {whole-0, whole-1}, nothing left for another.
+    # A claim of four backtracks to the four halves: the largest VM the node holds.
+    assert (status.free_units, status.max_free_units_per_node) == (2, 4)
+    assert [(f.units, f.vms) for f in status.fits] == [(1, 2), (2, 1), (4, 1), (8, 0)]
+
+
+SET = ("d", "p", "gpu-0")
+
+
+@pytest.mark.parametrize(
+    ("candidates", "counters", "k", "granted"),
+    [
+        # plain devices: k at a time
+        ([Candidate()] * 5, {}, 2, 2),
+        # a claim of two halves when the whole comes first: the search backtracks past it
+        (
+            [
+                Candidate(((SET, (("m", 80),)),)),
+                Candidate(((SET, (("m", 40),)),)),
+                Candidate(((SET, (("m", 40),)),)),
+            ],
+            {SET: {"m": 80}},
+            2,
+            1,
+        ),
+        # a shared device with three shares left serves three claims of one, no claim of two
+        ([Candidate(shares=3)], {}, 1, 3),
+        ([Candidate(shares=3)], {}, 2, 0),
+        # a shared device in use has its counters charged already
+        ([Candidate(((SET, (("m", 80),)),), shares=2, charged=True)], {SET: {"m": 0}}, 1, 2),
+        # two devices of one physical GPU without a common counter set: one of them
+        ([Candidate(physical="0000:17:00.0"), Candidate(physical="0000:17:00.0")], {}, 1, 1),
+        # ... with one (MIG partitions of one GPU): the counters decide
+        (
+            [
+                Candidate(((SET, (("m", 40),)),), physical="a"),
+                Candidate(((SET, (("m", 40),)),), physical="a"),
+            ],
+            {SET: {"m": 80}},
+            1,
+            2,
+        ),
+    ],
+)
+def test_claims_granted_one_after_another(
+    candidates: list[Candidate], counters: dict[tuple[str, str, str], dict[str, int]], k: int, granted: int
+) -> None:
+    assert claims_granted(candidates, counters, k) == granted
