@@ -86,7 +86,18 @@ async def bound_when_settled(kube: Kube, namespace: str, selector: str, count: i
         stuck = sum(1 for p in pods if not p["spec"].get("nodeName") and unschedulable(p))
         return (bound,) if len(pods) == count and bound + stuck == count else None
 
-    (bound,) = await eventually(probe, timeout=SETTLE_SECONDS, what=f"{selector}'s pods settled")
+    try:
+        (bound,) = await eventually(probe, timeout=SETTLE_SECONDS, what=f"{selector}'s pods settled")
+    except AssertionError as timeout:
+        pods = (await kube.list(PODS.path(namespace), label_selector=selector))["items"]
+        states = {
+            p["metadata"]["name"]: [
+                (c.get("reason"), c.get("message")) for c in (p.get("status") or {}).get("conditions") or ()
+            ]
+            for p in pods
+            if not p["spec"].get("nodeName")
+        }
+        raise AssertionError(f"{timeout}; {len(pods)} pods, unbound: {states}") from None
     return bound
 
 

@@ -60,6 +60,9 @@ NVIDIA: Final = "gpu.nvidia.com"
 SHARED_DRIVER: Final = "shared.agreement.cozystack.io"
 SHARED_CLASS: Final = "agreement-shared"
 MIG_1G_CLASS: Final = "agreement-mig-1g"  # a hoster's class of one MIG profile
+# NVIDIA's chart gives its full-GPU DeviceClass this extendedResourceName: pods may ask by it.
+EXTENDED_CLASS: Final = "gpu.nvidia.com"
+EXTENDED_RESOURCE: Final = "nvidia.com/gpu"
 PCI_BUS_ID: Final = "resource.kubernetes.io/pciBusID"
 WORLD_LABEL: Final = "agreement.gpu.cozystack.io/world"
 ROLE_LABEL: Final = "agreement.gpu.cozystack.io/role"
@@ -116,6 +119,8 @@ class WorldPlan:
     device_class: str  # "" for the device plugin's class
     nodes: list[NodePlan]
     shape: dict[str, Any]
+    # The VMs ask by the DeviceClass's extendedResourceName (KEP-5004: the scheduler makes the claim)
+    by_extended_name: bool = False
 
     @property
     def features(self) -> set[str]:
@@ -241,21 +246,21 @@ def plan(seed: int) -> WorldPlan:
     device_class = "" if seed % 5 == 0 else rng.choice(sorted(CLASSES))
     nodes = []
     for index in range(rng.randint(2, 4)):
-        cpu = rng.choice((8000, 16000, 64000))
-        memory = rng.choice((32, 64, 256, 1024)) * GIB
+        cpu = rng.choice((16000, 32000, 64000))
+        memory = rng.choice((64, 256, 1024)) * GIB
         node = NodePlan(
             name=f"agree-{seed}-n{index}",
             cpu_millis=cpu,
             memory=memory,
-            used_cpu_millis=rng.choice((0, 0, cpu // 4, cpu // 2, cpu - 1000)),
-            used_memory=rng.choice((0, 0, memory // 4, memory // 2, memory - 4 * GIB)),
+            used_cpu_millis=rng.choice((0, 0, 0, cpu // 4, cpu // 2, cpu - 1000)),
+            used_memory=rng.choice((0, 0, 0, memory // 4, memory // 2, memory - 4 * GIB)),
             ready=rng.random() > 0.1,
             cordoned=rng.random() < 0.1,
             gpu_taint=rng.random() < 0.5,
             other_taint=rng.random() < 0.1,
         )
         if device_class:
-            kind = rng.choice((*CLASSES[device_class], "plain"))
+            kind = rng.choice(CLASSES[device_class]) if rng.random() < 0.8 else "plain"
             node.slices = node_slices(rng, kind, node.name)
             hold(rng, node)
             if rng.random() < 0.15:
@@ -275,11 +280,14 @@ def plan(seed: int) -> WorldPlan:
             node.gpus = rng.choice((0, 1, 2, 4, 8))
             node.used_gpus = rng.choice((0, 0, rng.randint(0, node.gpus)))
         nodes.append(node)
-    shape: dict[str, Any] = {"name": "vm", "units": rng.choice((1, 1, 1, 2, 2, 3, 4))}
+    # Units a node of the class can give one VM: a shareable device serves each claim one share.
+    units = 1 if device_class == SHARED_CLASS else rng.choice((1, 1, 1, 2, 2, 3))
+    shape: dict[str, Any] = {"name": "vm", "units": units}
     if rng.random() < 0.8:
-        shape["cpu"] = f"{rng.choice((1, 2, 4, 8, 16))}"
+        shape["cpu"] = f"{rng.choice((1, 2, 4, 8))}"
         shape["memory"] = f"{rng.choice((2, 8, 16, 64))}Gi"
-    return WorldPlan(seed, device_class, nodes, shape)
+    by_extended_name = device_class == EXTENDED_CLASS and rng.random() < 0.5
+    return WorldPlan(seed, device_class, nodes, shape, by_extended_name)
 
 
 # --- the cluster ----------------------------------------------------------------------------------
@@ -294,7 +302,8 @@ def scheduler(cluster: ClusterInfo) -> Iterator[None]:
 def device_class_objects() -> list[Obj]:
     nvidia = [d for d in yaml.safe_load_all((FIXTURES / "deviceclasses.yaml").read_text()) if d]
     ours = {
-        MIG_1G_CLASS: f"device.driver == '{NVIDIA}' && device.attributes['{NVIDIA}'].profile == '1g.10gb'",
+        MIG_1G_CLASS: f"device.driver == '{NVIDIA}' && device.attributes['{NVIDIA}'].type == 'mig' && "
+        f"device.attributes['{NVIDIA}'].profile == '1g.10gb'",
         SHARED_CLASS: f"device.driver == '{SHARED_DRIVER}'",
     }
     return [d for d in nvidia if d["metadata"]["name"] in CLASSES] + [
@@ -457,12 +466,12 @@ async def start_vms(kube: Kube, namespace: str, world: WorldPlan, count: int) ->
     sidecars = [c for c in containers if "restartPolicy" in c]
     for index in range(count):
         name = f"vm-{world.seed}-{index:02d}"
-        if world.device_class:
+        if world.device_class and not world.by_extended_name:
             claim = claim_body(name, units, world.device_class, labels)
             await kube.create(RESOURCE_CLAIMS.path(namespace), claim)
             body = pod_body(name, labels, spec, app, claim=name)
         else:
-            gpus = {RESOURCE: str(units)}
+            gpus = {EXTENDED_RESOURCE if world.by_extended_name else RESOURCE: str(units)}
             first = app[0].get("resources", {})
             with_gpus = {
                 **app[0],
@@ -490,7 +499,10 @@ async def would_not_start(kube: Kube, namespace: str, world: WorldPlan) -> list[
                 f"{obj['spec']['nodeName']}/{bus}" if bus else "",
                 sets,
             )
-    claims = {c["metadata"]["name"]: c for c in (await kube.list(RESOURCE_CLAIMS.path(namespace)))["items"]}
+    claims: dict[str, Obj] = {}  # the held claims by name, a VM's by its pod's (the scheduler's own too)
+    for claim in (await kube.list(RESOURCE_CLAIMS.path(namespace)))["items"]:
+        owners = [o["name"] for o in claim["metadata"].get("ownerReferences") or () if o.get("kind") == "Pod"]
+        claims[owners[0] if owners else claim["metadata"]["name"]] = claim
     held: dict[str, list[frozenset[str]]] = {}
 
     def devices_of(claim: Obj) -> list[tuple[str, frozenset[str]]]:
@@ -564,10 +576,12 @@ async def test_gpuclass_counts_what_the_scheduler_starts(
                 f"seed {seed}: GPUClass says {says}, the scheduler bound {bound} "
                 f"({len(doomed)} would not start): {world}"
             )
+        print(f"seed {seed}: {world.device_class or RESOURCE}, {world.shape}: {bound} of {count} bound")
         if doomed:
             print(f"seed {seed}: the scheduler bound {len(doomed)} pods whose GPU a sibling holds: {doomed}")
         for feature in [
             world.device_class or "device-plugin",
+            *(["by-extended-name"] if world.by_extended_name else []),
             *world.features,
             *(["held"] if any(n.held for n in world.nodes) else []),
             *(["admin"] if any(n.admin for n in world.nodes) else []),
@@ -595,3 +609,4 @@ def test_the_generator_makes_every_hard_shape() -> None:
         for d in s["spec"].get("devices") or ()
     )
     assert {w.device_class for w in worlds} >= {"", *CLASSES}
+    assert any(w.by_extended_name for w in worlds)
