@@ -1,11 +1,10 @@
 """Kubernetes Events about the objects an operator manages (glue).
 
-Decides the Event's shape, in one of two APIs:
-
-* ``post_event``: core/v1, one Event per transition (no aggregation or counting), in the object's
-  namespace or, for cluster-scoped objects, a namespace the operator is configured with;
-* ``Recorder``: ``events.k8s.io/v1`` (``regarding``, ``reportingController``, ``reportingInstance``,
-  ``action``, ``reason``, ``note``, ``type``, ``eventTime``), in the object's namespace. A repeat of
+Decides the Event's shape, in one API, ``events.k8s.io/v1`` (``regarding``, ``reportingController``,
+``reportingInstance``, ``action``, ``reason``, ``note``, ``type``, ``eventTime``), recorded by
+``Recorder``: in the object's namespace or, for a cluster-scoped object, in ``default`` (the API
+refuses an Event with an ``eventTime`` about a cluster-scoped object anywhere but ``default`` and
+``kube-system``; Kubernetes' own recorders use ``default``). A repeat of
   the last Event of the same object and reason, with the same note, within ``SERIES_WINDOW_SECONDS``
   is no new Event: the first one's ``series`` (count, lastObservedTime) is patched. Every write about
   one object spends a token of a bucket (``BURST`` tokens, one back every ``REFILL_SECONDS``): a
@@ -31,7 +30,7 @@ from datetime import UTC, datetime
 from typing import Any, Final
 
 from shared.kube import NO_ANSWER, ApiError, Obj
-from shared.resources import EVENTS, EVENTS_V1
+from shared.resources import EVENTS_V1
 from shared.runtime.writes import Writer
 
 log = logging.getLogger(__name__)
@@ -39,64 +38,6 @@ log = logging.getLogger(__name__)
 # What "could not be posted" means: refused, timed out, or the connection failed. Anything else
 # (``NotLeader`` above all: this replica must stop writing) propagates.
 POST_FAILURES: Final = (ApiError, *NO_ANSWER)
-
-
-async def post_event(
-    writer: Writer,
-    obj: Mapping[str, Any],
-    *,
-    type_: str,
-    reason: str,
-    message: str,
-    component: str,
-    now: str,
-    namespace: str | None = None,
-) -> None:
-    """Best effort: an Event that could not be posted is logged, never retried or raised."""
-    event = event_body(
-        obj, type_=type_, reason=reason, message=message, component=component, now=now, namespace=namespace
-    )
-    try:
-        await writer.create(EVENTS, event)
-    except POST_FAILURES as error:
-        log.warning("could not post event %s %s: %s", reason, event["involvedObject"]["name"], error)
-
-
-def event_body(
-    obj: Mapping[str, Any],
-    *,
-    type_: str,
-    reason: str,
-    message: str,
-    component: str,
-    now: str,
-    namespace: str | None = None,
-) -> Obj:
-    """The core/v1 Event about ``obj``."""
-    metadata = obj.get("metadata", {})
-    target_namespace = metadata.get("namespace") or namespace or "default"
-    return {
-        "apiVersion": "v1",
-        "kind": "Event",
-        "metadata": {"generateName": f"{metadata.get('name', 'object')}.", "namespace": target_namespace},
-        "involvedObject": {
-            "apiVersion": obj.get("apiVersion"),
-            "kind": obj.get("kind"),
-            "name": metadata.get("name"),
-            "namespace": metadata.get("namespace"),
-            "uid": metadata.get("uid"),
-            "resourceVersion": metadata.get("resourceVersion"),
-        },
-        "type": type_,
-        "reason": reason,
-        "message": message[:1024],
-        "firstTimestamp": now,
-        "lastTimestamp": now,
-        "count": 1,
-        "source": {"component": component},
-        "reportingComponent": component,
-        "reportingInstance": socket.gethostname(),
-    }
 
 
 # --- events.k8s.io/v1, aggregated and bounded per object ------------------------------------------
@@ -111,6 +52,8 @@ REFILL_SECONDS: Final = 300.0
 NOTE_MAX: Final = 1024
 INSTANCE_MAX: Final = 128
 NAME_MAX: Final = 253
+# Where Events about cluster-scoped objects go (client-go's recorders put them there too).
+CLUSTER_NAMESPACE: Final = "default"
 
 
 def micro_time(moment: datetime) -> str:
@@ -129,9 +72,9 @@ def event_v1_body(
     instance: str,
     now: datetime,
 ) -> Obj:
-    """The events.k8s.io/v1 Event about ``regarding`` (a namespaced object), in its namespace, named
-    ``<object>.<nanoseconds, hex>`` as Kubernetes' recorders name theirs (this API refuses a
-    ``generateName`` ending in a dot)."""
+    """The events.k8s.io/v1 Event about ``regarding``, in its namespace (a cluster-scoped object's
+    in ``CLUSTER_NAMESPACE``), named ``<object>.<nanoseconds, hex>`` as Kubernetes' recorders name
+    theirs (this API refuses a ``generateName`` ending in a dot)."""
     metadata = regarding.get("metadata") or {}
     suffix = f".{int(now.timestamp() * 1e9):x}"
     return {
@@ -139,7 +82,7 @@ def event_v1_body(
         "kind": "Event",
         "metadata": {
             "name": str(metadata.get("name") or "object")[: NAME_MAX - len(suffix)] + suffix,
-            "namespace": metadata.get("namespace"),
+            "namespace": metadata.get("namespace") or CLUSTER_NAMESPACE,
         },
         "regarding": {
             "apiVersion": regarding.get("apiVersion"),
@@ -181,7 +124,8 @@ class _Object:
 
 
 class Recorder:
-    """Records events.k8s.io/v1 Events about namespaced objects: see the module docstring."""
+    """Records events.k8s.io/v1 Events about namespaced and cluster-scoped objects: see the module
+    docstring."""
 
     def __init__(
         self,

@@ -16,8 +16,9 @@ import pytest
 from hack.devcluster import ClusterInfo, LocalControlPlane, external_cluster
 from hack.metallb import MetalLB
 from harness.loadbalancer import load_balancer, load_balancer_session
+from harness.waiting import wait_for_object
 from shared.kube import Kube
-from shared.resources import NAMESPACES, PODS
+from shared.resources import NAMESPACES, PODS, SERVICE_ACCOUNTS
 
 
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
@@ -53,6 +54,8 @@ async def namespace(kube: Kube, request: pytest.FixtureRequest) -> AsyncIterator
     await kube.create(
         NAMESPACES.path(), {"apiVersion": "v1", "kind": "Namespace", "metadata": {"name": name}}
     )
+    # A Pod is refused until the service-account controller has made the namespace's default one.
+    await wait_for_object(kube, SERVICE_ACCOUNTS, "default", lambda o: o is not None, namespace=name)
     yield name
     # No kubelet confirms a bound Pod's graceful deletion here, so Pods go first, at once; otherwise
     # the namespace would stay Terminating (and its Pods would still count for GPU inventory).

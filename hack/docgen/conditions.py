@@ -69,12 +69,13 @@ def render_conditions_section(constants: Sequence[Constant]) -> str:
     posted = sorted(events(), key=lambda e: (e.kind, e.type != "Warning", e.name))
     out += ['<a id="events"></a>', "", "### Events", ""]
     out += [
-        "Posted on transitions only (never on every pass). GPU classes are cluster-scoped, so their "
-        "Events go to the operator's `--events-namespace` (default `default`). An attachment's "
-        "Events are `events.k8s.io/v1`, in its namespace (`kubectl describe endpointattachment` "
-        "lists them): a repeat of its last Event of a reason, with the same note, within 10 minutes "
-        "patches that Event's series (`(x3 over 4m)`), and one attachment spends at most 16 writes "
-        "at once, one more every 5 minutes, however it flaps.",
+        "Posted on transitions only (never on every pass), as `events.k8s.io/v1` Events. GPU classes "
+        "are cluster-scoped, so theirs go to `default`, the one namespace the API allows an Event "
+        "about a cluster-scoped object besides `kube-system` (`kubectl describe gpuclass` lists "
+        "them); an attachment's are in its namespace (`kubectl describe endpointattachment`). A "
+        "repeat of an object's last Event of a reason, with the same note, within 10 minutes patches "
+        "that Event's series (`(x3 over 4m)`), and one object spends at most 16 writes at once, one "
+        "more every 5 minutes, however it flaps.",
         "",
     ]
     out += table(

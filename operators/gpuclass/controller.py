@@ -55,9 +55,9 @@ from operators.gpuclass.metrics import STAGE_PASS, STAGE_STATUS_WRITE, Metrics
 from operators.gpuclass.reconcile import ClassDecision, decide, named_instancetypes, transition_events
 from operators.gpuclass.settings import Settings
 from shared.conditions import rfc3339, status_patch
-from shared.events import post_event
+from shared.events import Recorder
 from shared.kube import NO_ANSWER, ApiError
-from shared.resources import EVENTS, KUBEVIRTS, NODES, PODS
+from shared.resources import EVENTS_V1, KUBEVIRTS, NODES, PODS
 from shared.runtime.cache import Key, Obj
 from shared.runtime.controller import (
     Cache,
@@ -81,6 +81,8 @@ log = logging.getLogger("gpuclass")
 CONTROLLER_NAME: Final = "gpuclass"
 # Reported as the source of Events.
 COMPONENT: Final = "cozystack-gpuclass-operator"
+# An Event's action (events.k8s.io/v1): what the operator did when it saw the transition.
+TRANSITION_ACTION: Final = "Count"
 # The one key every change wakes: a pass decides every class at once.
 ALL_CLASSES: Final[Key] = ("", "all-gpuclasses")
 # The scheduler's own selector for the pods that hold resources (kube-scheduler's assigned-pod
@@ -122,7 +124,8 @@ def wiring(settings: Settings, inventory: Inventory, dra: DraInventory | None = 
             Watch(RESOURCE_CLAIMS, map=all_classes),
             Watch(DEVICE_TAINT_RULES, map=all_classes),
         ),
-        writes=(Write(GPUCLASSES, ("patch",), "status"), Write(EVENTS, ("create",))),
+        # Events of transitions (events.k8s.io/v1); a repeat within the recorder's window patches its series.
+        writes=(Write(GPUCLASSES, ("patch",), "status"), Write(EVENTS_V1, ("create", "patch"))),
         caches=(
             Cache(NODES, fold=NodeFold(inventory)),
             Cache(PODS, fold=PodFold(inventory), field_selector=POD_FIELD_SELECTOR),
@@ -278,6 +281,8 @@ class Reconciler:
         self.known_instancetypes: dict[str, Obj] = {}
         self.kubevirt_read: KubeVirtRead | None = None
         self.kubevirt_known: Definitive | None = None
+        # Classes are cluster-scoped: their Events go to ``default``, the one the API allows them.
+        self.recorder = Recorder(writer, COMPONENT)
 
     async def reconcile(self, key: Key) -> Result:
         started = time.perf_counter()
@@ -375,15 +380,12 @@ class Reconciler:
         if updated is None:
             return
         for event in transition_events(stored, status):
-            await post_event(
-                self.writer,
+            await self.recorder.record(
                 updated,
                 type_=event.type,
                 reason=event.reason,
-                message=event.message,
-                component=COMPONENT,
-                now=now,
-                namespace=self.settings.events_namespace,
+                action=TRANSITION_ACTION,
+                note=event.message,
             )
 
 

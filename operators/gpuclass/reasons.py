@@ -226,7 +226,7 @@ REASON_READY_KUBEVIRT_UNREADABLE: Final = GUIDE.reason(
 
 # --- events (emitted on transitions only, never every pass) ------------------------------------
 
-# core/v1 Event types.
+# Event types (events.k8s.io/v1).
 EVENT_NORMAL: Final = "Normal"
 EVENT_WARNING: Final = "Warning"
 

@@ -45,9 +45,6 @@ class Settings:
         float,
         "the KubeVirt CR is read, never watched: a pass runs at least this often to pick up its changes",
     )
-    events_namespace: str = setting(
-        "default", str, "namespace for Events about classes (cluster-scoped objects have none of their own)"
-    )
     # Whose rules render a whole VM's virt-launcher (operators/gpuclass/launcher.py).
     kubevirt_version: str = setting(
         "",

@@ -10,7 +10,7 @@ from hack.devcluster import ClusterInfo
 from harness.manifests import kubectl
 from shared.events import Recorder
 from shared.kube import Kube, Obj
-from shared.resources import CONFIGMAPS, EVENTS_V1
+from shared.resources import CONFIGMAPS, EVENTS_V1, NODES
 from shared.runtime.writes import Writer
 
 CONTROLLER: Final = "cozystack.io/test-recorder"
@@ -53,3 +53,30 @@ async def test_a_repeat_is_the_series_of_one_event(kube: Kube, cluster: ClusterI
 
     assert await record("claim x is in use by Service z") == "created", "a note is immutable: a new Event"
     assert len(await events_about(kube, regarding)) == 2
+
+
+async def test_an_event_about_a_cluster_scoped_object_is_in_default(
+    kube: Kube, cluster: ClusterInfo, namespace: str
+) -> None:
+    """A cluster-scoped object (a GPUClass; here a Node, which every API server serves) has no
+    namespace: its Events go to ``default`` (the API refuses them elsewhere), with a regarding
+    reference that has none, and ``kubectl describe`` of the object shows them."""
+    name = f"{namespace}-events"
+    regarding = await kube.create(
+        NODES.path(), {"apiVersion": "v1", "kind": "Node", "metadata": {"name": name}}
+    )
+    try:
+        writer = Writer(kube, lambda resource: None)
+        recorder = Recorder(writer, CONTROLLER, "test-pod-0")
+        recorded = await recorder.record(
+            regarding, type_="Warning", reason="Exhausted", action="Count", note="none"
+        )
+        assert recorded == "created"
+        found = (await kube.list(EVENTS_V1.path("default")))["items"]
+        [event] = [e for e in found if (e.get("regarding") or {}).get("uid") == regarding["metadata"]["uid"]]
+        assert event["regarding"].get("namespace") in (None, "")
+        code, out, err = await kubectl(cluster, "describe", "node", name)
+        assert code == 0, err
+        assert "Exhausted" in out[out.index("Events:") :], out
+    finally:
+        await kube.delete(NODES.path(name=name))

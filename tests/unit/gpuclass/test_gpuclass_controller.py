@@ -41,7 +41,7 @@ from operators.gpuclass.kubevirt_read import KUBEVIRT_VERBS, read_kubevirt
 from operators.gpuclass.metrics import Metrics
 from operators.gpuclass.settings import Settings
 from shared.kube import ApiError, ApiTimeoutError, Kube
-from shared.resources import EVENTS, KUBEVIRTS, NODES, PODS, Resource
+from shared.resources import EVENTS_V1, KUBEVIRTS, NODES, PODS, Resource
 from shared.runtime.cache import Informer, Key, Obj, Store, key_of
 from shared.runtime.controller import Conflict, Controller, NotLeader, StaticCaches
 from shared.runtime.manager import Manager
@@ -118,7 +118,7 @@ def test_what_a_class_change_wakes(old: Obj | None, new: Obj | None, wakes: bool
 
 def test_the_wiring_declares_what_a_pass_writes() -> None:
     declared = {(w.resource, w.verbs, w.subresource) for w in wiring(SETTINGS, Inventory()).writes}
-    assert declared == {(GPUCLASSES, ("patch",), "status"), (EVENTS, ("create",), "")}
+    assert declared == {(GPUCLASSES, ("patch",), "status"), (EVENTS_V1, ("create", "patch"), "")}
     assert set(wiring(SETTINGS, Inventory()).resources()) == {
         GPUCLASSES,
         NODES,
@@ -326,13 +326,13 @@ async def test_a_pass_writes_each_differing_status_once_and_a_quiet_pass_writes_
         assert patch[0] == {"op": "test", "path": "/metadata/uid", "value": patch[0]["value"]}
     assert world.status("h200-premium")["ResourceNameConflict"] == ("True", "ResourceNameInUse")
     assert world.status("h200")["Ready"] == ("True", "Ready")
-    warnings = sorted((e["involvedObject"]["name"], e["reason"]) for e in world.events)
+    warnings = sorted((e["regarding"]["name"], e["reason"]) for e in world.events)
     assert warnings == [
         ("a10-24q", "NotPermitted"),
         ("h200-premium", "ResourceNameConflict"),
         ("rtx4090", "NotPermitted"),
     ]
-    assert {e["metadata"]["namespace"] for e in world.events} == {SETTINGS.events_namespace}
+    assert {e["metadata"]["namespace"] for e in world.events} == {"default"}
     assert world.sample("cozystack_gpuclass_free", gpuclass="h200", resource=H200) == 4
     fits = {
         units: world.sample("cozystack_gpuclass_fits", gpuclass="h200", resource=H200, units=units)
@@ -445,7 +445,7 @@ async def test_a_class_gone_under_the_pass_is_skipped() -> None:
     world = World()
     world.api.remove(GPUCLASSES.path(None, "h200-premium"))  # gone from the API, still cached
     await world.reconciler.reconcile(ALL_CLASSES)
-    assert "h200-premium" not in {e["involvedObject"]["name"] for e in world.events}
+    assert "h200-premium" not in {e["regarding"]["name"] for e in world.events}
 
 
 async def test_an_event_the_api_refuses_does_not_fail_the_pass() -> None:
