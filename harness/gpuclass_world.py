@@ -911,8 +911,10 @@ def with_dra(world: World, pods: Sequence[Obj]) -> DraWorld:
         if found:
             resource, units = found[0]
             allocatable[name] = (models[resource], units)
-            devices = [_gpu(i, models[resource]) for i in range(units)]
-            slices.append(_slice(name, GPU_DRIVER, devices))
+            if len(allocatable) % MIG_NODE_EVERY == 0:  # dynamic MIG: counters, full GPUs and placements
+                slices.extend(_mig_slices(name, models[resource], units))
+            else:
+                slices.append(_slice(name, GPU_DRIVER, [_gpu(i, models[resource]) for i in range(units)]))
         else:
             slices.append(_slice(name, NIC_DRIVER, [_nic(i) for i in range(2)]))
     names = frozenset(models)
@@ -943,8 +945,10 @@ def with_dra(world: World, pods: Sequence[Obj]) -> DraWorld:
 
 
 def _device_class(model: str) -> Obj:
+    """Full GPUs of one model (a MIG placement is of the model too, but of type ``mig``)."""
     expression = (
-        f'device.driver == "{GPU_DRIVER}" && device.attributes["{GPU_DRIVER}"].productName == "{model}"'
+        f'device.driver == "{GPU_DRIVER}" && device.attributes["{GPU_DRIVER}"].type == "gpu" && '
+        f'device.attributes["{GPU_DRIVER}"].productName == "{model}"'
     )
     return {
         "apiVersion": "resource.k8s.io/v1",
@@ -968,17 +972,70 @@ def _gpu(index: int, model: str) -> Obj:
     }
 
 
+# Every this many GPU nodes publishes its GPUs as NVIDIA's driver does with dynamic MIG: one counter
+# set per GPU (eight memory slices, the SMs), the full GPU taking all of it and every placement of
+# the 1g, 2g, 3g and 7g profiles its share (tests/fixtures/nvidia-dra/ has the driver's real layout).
+MIG_NODE_EVERY = 4
+MIG_PLACEMENTS: tuple[tuple[str, int, int, tuple[int, ...]], ...] = (
+    ("1g.10gb", 1, 16, (0, 1, 2, 3, 4, 5, 6)),  # (profile, memory slices, SMs, starts)
+    ("2g.20gb", 2, 32, (0, 2, 4)),
+    ("3g.40gb", 4, 60, (0, 4)),
+    ("7g.80gb", 8, 132, (0,)),
+)
+
+
+def _mig_slices(node: str, model: str, gpus: int) -> list[Obj]:
+    """A counter slice (one set per GPU) and a slice per GPU: the full GPU, then every placement."""
+    sets = [
+        {
+            "name": f"gpu-{i}-counter-set",
+            "counters": {"multiprocessors": {"value": "132"}}
+            | {f"memory-slice-{m}": {"value": "1"} for m in range(8)},
+        }
+        for i in range(gpus)
+    ]
+    counters = _slice(node, GPU_DRIVER, [], suffix="counters", count=gpus + 1)
+    del counters["spec"]["devices"]
+    counters["spec"]["sharedCounters"] = sets
+    out = [counters]
+    for i in range(gpus):
+        whole = {**_gpu(i, model), "consumesCounters": [_consumes(i, range(8), 132)]}
+        placements = [
+            {
+                "name": f"gpu-{i}-mig-{profile.replace('.', '')}-{start}",
+                "attributes": {
+                    "type": {"string": "mig"},
+                    "productName": {"string": model},
+                    "profile": {"string": profile},
+                },
+                "consumesCounters": [_consumes(i, range(start, start + size), sms)],
+            }
+            for profile, size, sms, starts in MIG_PLACEMENTS
+            for start in starts
+        ]
+        out.append(_slice(node, GPU_DRIVER, [whole, *placements], suffix=f"gpu-{i}", count=gpus + 1))
+    return out
+
+
+def _consumes(gpu: int, slices: range, sms: int) -> Obj:
+    counters = {f"memory-slice-{m}": {"value": "1"} for m in slices} | {
+        "multiprocessors": {"value": str(sms)}
+    }
+    return {"counterSet": f"gpu-{gpu}-counter-set", "counters": counters}
+
+
 def _nic(index: int) -> Obj:
     return {"name": f"nic-{index}", "attributes": {"speed": {"int": 100}}}
 
 
-def _slice(node: str, driver: str, devices: list[Obj]) -> Obj:
+def _slice(node: str, driver: str, devices: list[Obj], suffix: str = "", count: int = 1) -> Obj:
+    name = f"{node}-{driver}" + (f"-{suffix}" if suffix else "")
     return {
         "apiVersion": "resource.k8s.io/v1",
         "kind": "ResourceSlice",
         "metadata": {
-            "name": f"{node}-{driver}",
-            "uid": f"slice-{node}-{driver}",
+            "name": name,
+            "uid": f"slice-{name}",
             "resourceVersion": "100",
             "generation": 1,
             "ownerReferences": [{"apiVersion": "v1", "kind": "Node", "name": node, "uid": f"node-{node}"}],
@@ -986,7 +1043,7 @@ def _slice(node: str, driver: str, devices: list[Obj]) -> Obj:
         "spec": {
             "driver": driver,
             "nodeName": node,
-            "pool": {"name": node, "generation": 1, "resourceSliceCount": 1},
+            "pool": {"name": node, "generation": 1, "resourceSliceCount": count},
             "devices": devices,
         },
     }

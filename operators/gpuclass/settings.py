@@ -33,12 +33,11 @@ class Settings:
         "kubevirt", str, "its name; empty: list the namespace and take the single KubeVirt CR"
     )
     debounce_seconds: float = setting(
-        0.5, float, "a burst of Node/Pod events becomes one pass once the stream has been quiet this long..."
+        0.2, float, "a burst of Node/Pod events becomes one pass once the stream has been quiet this long..."
     )
-    # The status follows a change within it plus a pass (the SLO is 5 s at p99; at 5.0 a steady churn
-    # measured 5.46 s).
+    # The status follows a change within it plus a pass and its writes (the SLO is 1 s at p99).
     max_delay_seconds: float = setting(
-        3.0, float, "...but a steady stream cannot hold a pass back longer than this"
+        0.6, float, "...but a steady stream cannot hold a pass back longer than this"
     )
     kubevirt_recheck_seconds: float = setting(
         60.0,
