@@ -4,6 +4,9 @@ the integration test asks the real kube-scheduler the same."""
 
 from __future__ import annotations
 
+import itertools
+from typing import Any
+
 import pytest
 
 from operators.gpuclass.allocator import Candidate, claims_granted
@@ -104,3 +107,48 @@ def test_claims_granted_one_after_another(
     candidates: list[Candidate], counters: dict[tuple[str, str, str], dict[str, int]], k: int, granted: int
 ) -> None:
     assert claims_granted(candidates, counters, k) == granted
+
+
+def test_the_offer_follows_every_change_in_any_order() -> None:
+    """The counter slice before or after the devices, the claim before or after its device, a taint
+    rule coming and going: the offer is always the allocator's for what is there now."""
+    world = WORLDS[0]  # whole-0 and its halves; half-0a held: one unit left
+    objects: list[tuple[str, Any]] = [("slice", obj) for obj in slices(world, NODE)]
+    objects += [("claim", obj) for obj in held_claims(world, NODE)]
+    rule = {
+        "metadata": {"name": "r"},
+        "spec": {"deviceSelector": {"device": "half-0b"}, "taint": {"key": "k", "effect": "NoSchedule"}},
+    }
+    results = set()
+    for order in itertools.permutations(objects):
+        dra = DraInventory()
+        for obj in device_classes():
+            dra.upsert_class(obj)
+        seen = []
+        for kind, obj in order:
+            if kind == "slice":
+                dra.upsert_slice(("", obj["metadata"]["name"]), obj)
+            else:
+                dra.upsert_claim(("t", obj["metadata"]["name"]), obj)
+            seen.append(dra.offer("rows-gpu", NODE).free)
+        dra.upsert_taint_rule(rule)
+        tainted = dra.offer("rows-gpu", NODE).free
+        dra.delete_taint_rule("r")
+        results.add((seen[-1], tainted, dra.offer("rows-gpu", NODE).free))
+        dra.delete_claim(("t", held_claims(world, NODE)[0]["metadata"]["name"]))
+        assert dra.offer("rows-gpu", NODE).free == 1  # whole-0 now fits again, first in order
+    assert results == {(1, 0, 1)}
+
+
+def test_a_pool_without_its_counter_slice_is_incomplete_until_it_comes() -> None:
+    world = WORLDS[1]
+    counters, devices = slices(world, NODE)
+    dra = DraInventory()
+    for obj in device_classes():
+        dra.upsert_class(obj)
+    dra.upsert_slice(("", devices["metadata"]["name"]), devices)
+    assert dra.offer("rows-gpu", NODE).free == 0
+    dra.upsert_slice(("", counters["metadata"]["name"]), counters)
+    assert dra.offer("rows-gpu", NODE).free == 2
+    dra.delete_slice(("", counters["metadata"]["name"]))
+    assert dra.offer("rows-gpu", NODE).free == 0
