@@ -1,8 +1,10 @@
 """Scenario *dra*: the pure core with DRA GPUs and whole-VM shapes in the world; no server.
 
 The world is *pure*'s (5,000 nodes, 150,000 pods, 100 classes), and besides: every node publishes
-one ResourceSlice (a GPU node its GPUs, as NVIDIA's DRA driver would, one DeviceClass per GPU
-model; every other node two NICs of another driver), every GPU VM has a ResourceClaim (allocated on
+one ResourceSlice (a GPU node its GPUs, as NVIDIA's DRA driver would, one DeviceClass of full GPUs
+per GPU model; every other node two NICs of another driver; every fourth GPU node dynamic MIG
+instead: a counter slice with a counter set per GPU and a slice per GPU with the full GPU and 13
+placements drawing on it), every GPU VM has a ResourceClaim (allocated on
 its node when the VM is bound), every other class counts DRA devices (``spec.deviceClassName``)
 instead of the device plugin's resource, and every class lists two whole-VM shapes (GPUs, CPU and
 memory), so the inventory tracks every pod's CPU and memory.
@@ -10,7 +12,8 @@ memory), so the inventory tracks every pod's CPU and memory.
 Measures, in one run:
 
 * one full pass (``decide``) from warm aggregates, the median of many: against *pure*'s pass over
-  the same world without DRA and shapes, and ``json.loads`` of one pod event;
+  the same world without DRA and shapes, and ``json.loads`` of one pod event; and the first pass
+  after the aggregates were filled, which computes every node's DRA offer;
 * one event of each kind into the aggregates, the mean over rounds that leave them as found:
   a Pod event (status changes, half of the running GPU VMs stopping and starting again); a
   ResourceSlice republished unchanged (new resourceVersion: most slice events); a ResourceSlice whose

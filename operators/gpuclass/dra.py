@@ -109,6 +109,20 @@ class _Slice:
     version: tuple[object, int] | None = None  # (UID, metadata.generation): the spec's version
     name: str = ""
     slice_count: int = 1  # spec.pool.resourceSliceCount
+    facts: _SliceFacts | None = None  # what the pool's validity reads of it; None: not read yet
+
+
+@dataclass(frozen=True, slots=True)
+class _SliceFacts:
+    """What a pool's validity needs of one version of a slice, read once when it comes."""
+
+    counter_sets: tuple[tuple[str, Mapping[str, Exact]], ...] = ()
+    names: frozenset[str] = frozenset()  # its devices' names
+    listed: int = 0  # how many devices it lists (more than ``names``: a name twice)
+    consumed: frozenset[tuple[str, str]] = frozenset()  # (counter set, counter) its devices consume
+
+
+_NO_SLICE_FACTS: Final = _SliceFacts()
 
 
 @dataclass(slots=True)
@@ -589,30 +603,44 @@ def _pool_facts(slices: list[_Slice]) -> _PoolFacts:
         return _PoolFacts(usable=False)
     counters: dict[str, Mapping[str, Exact]] = {}
     names: set[str] = set()
-    devices = 0
-    consuming: list[Mapping[str, Any]] = []
+    listed = 0
+    consumed: set[tuple[str, str]] = set()
     for slice_ in slices:
-        for name, values in counter_sets(slice_.spec):
+        facts = _slice_facts(slice_)
+        for name, values in facts.counter_sets:
             if name in counters:
                 return _PoolFacts(usable=False)
             counters[name] = values
-        if not slice_.spec.get("sharedCounters"):
-            listed = _named_devices(slice_.spec.get("devices"))
-            names.update(listed)
-            devices += len(slice_.spec.get("devices") or ())
-            consuming.extend(d for d in listed.values() if "consumesCounters" in d)
-    if len(slices) > 1 and devices != len(names):
+        names.update(facts.names)
+        listed += facts.listed
+        consumed.update(facts.consumed)
+    if listed != len(names):
         return _PoolFacts(usable=False)  # a device name twice: the allocator calls the pool invalid
-    if any(not _declared(device_facts(d, "").consumes, counters) for d in consuming):
+    if any(name not in counters or counter not in counters[name] for name, counter in consumed):
         return _PoolFacts(usable=False)  # a counter consumed that no counter set of the pool declares
     return _PoolFacts(counters=counters) if counters else _USABLE
 
 
-def _declared(consumes: Any, counters: Mapping[str, Mapping[str, Exact]]) -> bool:
-    return all(
-        name in counters and all(counter in counters[name] for counter, _ in amounts)
-        for name, amounts in consumes
-    )
+def _slice_facts(slice_: _Slice) -> _SliceFacts:
+    """A slice's ``_SliceFacts``, read the first time they are asked for (one version: kept)."""
+    if slice_.facts is None:
+        spec = slice_.spec
+        sets = counter_sets(spec)
+        devices = spec.get("devices") if not sets else None  # the allocator reads no device beside counters
+        if not sets and not devices:
+            slice_.facts = _NO_SLICE_FACTS
+        else:
+            named = _named_devices(devices)
+            consumed = frozenset(
+                (str(use.get("counterSet")), str(counter))
+                for device in named.values()
+                if "consumesCounters" in device
+                for use in device["consumesCounters"] or ()
+                if isinstance(use, _MAPPING)
+                for counter in use.get("counters") or ()
+            )
+            slice_.facts = _SliceFacts(sets, frozenset(named), len(devices or ()), consumed)
+    return slice_.facts
 
 
 def _slice_name(slice_: _Slice) -> str:
