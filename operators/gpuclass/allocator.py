@@ -86,30 +86,41 @@ def claims_granted(
     """How many claims of ``k`` devices the allocator grants one after another from ``candidates``,
     given what each counter set has left, that would also start (``held``: the physical GPUs of
     devices claims hold already)."""
+    return sum(grants(candidates, counters, k, held))
+
+
+def grants(
+    candidates: Sequence[Candidate],
+    counters: Mapping[CounterSetId, Mapping[str, Exact]],
+    k: int,
+    held: Physical = _NONE_HELD,
+) -> tuple[bool, ...]:
+    """Every claim of ``k`` devices the allocator grants one after another, in that order: whether it
+    would start. A claim that would not still holds its devices, and its pod the node's CPU and
+    memory: what else fits a node is counted in this order."""
     if k < 1 or len(candidates) < k:
-        return 0
+        return ()
     if all(_plain(c) for c in candidates):
-        return len(candidates) // k
+        return (True,) * (len(candidates) // k)
     state = _State(
         {set_id: dict(left) for set_id, left in counters.items()},
         [c.shares for c in candidates],
         [c.charged for c in candidates],
     )
     physical = {gpu: list(sets) for gpu, sets in held.items()}
-    started = granted = 0
-    while granted < MAX_CLAIMS:
+    granted: list[bool] = []
+    while len(granted) < MAX_CLAIMS:
         state.steps = 0
         claim = _first(candidates, state, k, 0)
         if claim is None:
             break
-        granted += 1
         devices = [candidates[index] for index in claim]
-        if _starts(devices, physical):
-            started += 1
+        granted.append(_starts(devices, physical))
+        if granted[-1]:
             for device in devices:
                 if device.physical:
                     physical.setdefault(device.physical, []).append(device.counter_sets)
-    return started
+    return tuple(granted)
 
 
 def _starts(devices: Sequence[Candidate], physical: Mapping[str, Sequence[frozenset[CounterSetId]]]) -> bool:

@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from itertools import compress, islice
 from typing import Any, Final
 
-from operators.gpuclass.allocator import Candidate, CounterSetId, Physical, claims_granted
+from operators.gpuclass.allocator import Candidate, CounterSetId, Physical, grants
 from operators.gpuclass.device_selectors import (
     Selector,
     device_context,
@@ -558,7 +558,7 @@ class DraInventory:
 class DeviceOffer:
     """What claims of one DeviceClass would get on one node: ``vms(k)`` claims of ``k`` devices."""
 
-    __slots__ = ("_candidates", "_counters", "_held", "_vms")
+    __slots__ = ("_candidates", "_counters", "_grants", "_held")
 
     def __init__(
         self, candidates: list[Candidate], counters: dict[CounterSetId, dict[str, Exact]], held: Physical
@@ -566,7 +566,7 @@ class DeviceOffer:
         self._candidates = candidates
         self._counters = counters
         self._held = held
-        self._vms: dict[int, int] = {}
+        self._grants: dict[int, tuple[bool, ...]] = {}  # k -> each claim granted: whether it starts
 
     @property
     def free(self) -> int:
@@ -581,11 +581,18 @@ class DeviceOffer:
             k += 1
         return k
 
-    def vms(self, k: int) -> int:
-        known = self._vms.get(k)
+    def vms(self, k: int, placed: int | None = None) -> int:
+        """Claims of ``k`` devices that would start, of the first ``placed`` granted (all when None:
+        a node's CPU or memory may hold fewer VMs than its devices)."""
+        known = self._grants.get(k)
         if known is None:
-            known = self._vms[k] = claims_granted(self._candidates, self._counters, k, self._held)
-        return known
+            known = self._grants[k] = grants(self._candidates, self._counters, k, self._held)
+        return sum(known[:placed]) if placed is not None else sum(known)
+
+    def granted(self, k: int) -> int:
+        """Claims of ``k`` devices the allocator would grant, whether or not they would start."""
+        self.vms(k)
+        return len(self._grants[k])
 
 
 def _charge(counters: dict[CounterSetId, dict[str, Exact]], uses: CounterUse) -> None:

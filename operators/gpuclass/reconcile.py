@@ -386,14 +386,16 @@ class _NodeGroup:
             if units <= self.max_free:
                 for free, node, offer in zip(self.frees, self.states, self.node_offers, strict=True):
                     if free >= units or offer is not None:
-                        known += vms_on_node(
+                        placed = vms_on_node(
                             1,
                             cpu,
                             memory,
-                            free // units if offer is None else offer.vms(units),
+                            free // units if offer is None else offer.granted(units),
                             node.allocatable.get(CPU, 0) - cpu_on.get(node.name, 0),
                             node.allocatable.get(MEMORY, 0) - memory_on.get(node.name, 0),
                         )
+                        # A DRA pod bound to a device that would not start holds CPU and memory too.
+                        known += placed if offer is None else offer.vms(units, placed)
             self._shape_vms[ask] = known
         return known
 

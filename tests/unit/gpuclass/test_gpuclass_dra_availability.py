@@ -152,3 +152,13 @@ def test_a_pool_without_its_counter_slice_is_incomplete_until_it_comes() -> None
     assert dra.offer("rows-gpu", NODE).free == 2
     dra.delete_slice(("", counters["metadata"]["name"]))
     assert dra.offer("rows-gpu", NODE).free == 0
+
+
+def test_a_pod_bound_to_a_sibling_that_cannot_start_still_takes_the_nodes_cpu() -> None:
+    """gpu-0 held, the class over vfio devices: the allocator grants vfio-0 first (it would not
+    start) and vfio-1 next. A node with CPU for one VM places only the first: none starts."""
+    sibling_world = WORLDS[-1]
+    _, dra = folded(sibling_world)
+    offer = dra.offer("rows-vfio", NODE)
+    assert (offer.granted(1), offer.vms(1)) == (2, 1)
+    assert (offer.vms(1, placed=1), offer.vms(1, placed=2)) == (0, 1)
