@@ -130,6 +130,8 @@ class _Device:
     node: str
     selected: frozenset[str]  # DeviceClass names
     facts: DeviceFacts = PLAIN
+    uses: CounterUse = ()  # the counters it consumes, by (driver, pool, counter set)
+    candidate: Candidate | None = None  # as a claim gets it while free (made at the first offer)
 
 
 @dataclass(frozen=True, slots=True)
@@ -334,35 +336,37 @@ class DraInventory:
             for name in self._pool_devices.get(pool, _NO_POOL)[1]:
                 device_id = (driver, pool_name, name)
                 device = self._devices[device_id]
-                uses = device.facts.counter_use(driver, pool_name)
                 held = self._holders.get(device_id, 0) > 0
                 if held:
-                    _charge(pool_counters, uses)
-                if device.node != node:
+                    _charge(pool_counters, device.uses)
+                    if device.facts.physical and device.node == node:
+                        sets = frozenset(u for u, _ in device.uses)
+                        held_physical.setdefault(device.facts.physical, []).append(sets)
+                if device.node != node or not facts.usable or device_class not in device.selected:
                     continue
-                if held and device.facts.physical:
-                    held_physical.setdefault(device.facts.physical, []).append(frozenset(u for u, _ in uses))
-                candidate = self._candidate(device_id, device, uses, held) if facts.usable else None
-                if candidate is not None and device_class in device.selected:
+                candidate = self._candidate(device_id, device, held)
+                if candidate is not None:
                     candidates.append(candidate)
             counters.update(pool_counters)
         return candidates, counters, held_physical
 
-    def _candidate(
-        self, device_id: DeviceId, device: _Device, uses: CounterUse, held: bool
-    ) -> Candidate | None:
+    def _candidate(self, device_id: DeviceId, device: _Device, held: bool) -> Candidate | None:
         """A device as a new claim could get it: None when tainted, held (and not shared) or full."""
         facts = device.facts
-        if facts.tainted or any(rule.matches(device_id) for rule in self._taint_rules.values()):
+        if facts.tainted or (
+            self._taint_rules and any(r.matches(device_id) for r in self._taint_rules.values())
+        ):
             return None
-        if held and not facts.shared:
-            return None
-        shares = facts.shares(self._shares.get(device_id, _EMPTY)) if facts.shared else 1
-        if shares < 1:
-            return None
-        if facts is PLAIN:
-            return _PLAIN_CANDIDATE
-        return Candidate(uses, shares, held and facts.shared, facts.physical)
+        if not facts.shared:
+            if held:
+                return None
+            if device.candidate is None:  # a plain or partitioned device free: the same every offer
+                device.candidate = (
+                    _PLAIN_CANDIDATE if facts is PLAIN else Candidate(device.uses, 1, False, facts.physical)
+                )
+            return device.candidate
+        shares = facts.shares(self._shares.get(device_id, _EMPTY))
+        return Candidate(device.uses, shares, held, facts.physical) if shares >= 1 else None
 
     def devices(self) -> Iterator[tuple[DeviceId, str, frozenset[str]]]:
         """(device, node, the classes selecting it) for every current device (for tests)."""
@@ -428,7 +432,8 @@ class DraInventory:
             return False  # the same device (a republished slice, a new pool generation): no CEL
         if known is not None:
             self._account(device_id, known, -1)
-        device = _Device(node, self._select(device_id, raw), device_facts(raw, device_id[0]))
+        facts = device_facts(raw, device_id[0])
+        device = _Device(node, self._select(device_id, raw), facts, facts.counter_use(*device_id[:2]))
         self._devices[device_id] = device
         self._account(device_id, device, +1)
         return True
@@ -608,6 +613,8 @@ def _pool_facts(slices: list[_Slice]) -> _PoolFacts:
     there; device and counter set names unique; every counter consumed declared), and its counters."""
     if not slices or len(slices) != slices[0].slice_count:
         return _PoolFacts(usable=False)
+    if len(slices) == 1 and _plain_slice(slices[0].spec):
+        return _USABLE  # the most common pool: one slice, no counters (its names are unique: the API checks)
     counters: dict[str, Mapping[str, Exact]] = {}
     names: set[str] = set()
     listed = 0
@@ -626,6 +633,12 @@ def _pool_facts(slices: list[_Slice]) -> _PoolFacts:
     if any(name not in counters or counter not in counters[name] for name, counter in consumed):
         return _PoolFacts(usable=False)  # a counter consumed that no counter set of the pool declares
     return _PoolFacts(counters=counters) if counters else _USABLE
+
+
+def _plain_slice(spec: Mapping[str, Any]) -> bool:
+    """No counter set, and no device consuming one."""
+    devices = spec.get("devices") or ()
+    return not spec.get("sharedCounters") and not any("consumesCounters" in d for d in devices)
 
 
 def _slice_facts(slice_: _Slice) -> _SliceFacts:
