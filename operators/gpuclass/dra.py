@@ -26,7 +26,7 @@ DeviceTaintRules as the API returns them, one watch event at a time and without 
   is not counted: a VM's claim carries no device tolerations (DeviceClasses have none to give);
 * per DeviceClass and node, the devices selected (``selected_on``) and held (``allocated_on``),
   for the figures; and ``offer``: what a node would grant claims of ``k`` devices of a class, one
-  after another (``allocator.claims_granted``), kept until something on that node changes.
+  after another (``allocator.grants``), kept until something on that node changes.
 
 One unit of a shareable device is one share with the capacity's ``requestPolicy.default`` (or the
 whole capacity), what a claim asking no capacity gets. Deliberately: slices not tied to one node
@@ -64,6 +64,7 @@ from operators.gpuclass.dra_objects import (
     DeviceId,
     Holding,
     TaintRule,
+    consumed_counters,
     counter_sets,
     device_facts,
     holding,
@@ -653,13 +654,8 @@ def _slice_facts(slice_: _Slice) -> _SliceFacts:
             slice_.facts = _NO_SLICE_FACTS
         else:
             named = _named_devices(devices)
-            consumed = frozenset(
-                (str(use.get("counterSet")), str(counter))
-                for device in named.values()
-                if "consumesCounters" in device
-                for use in device["consumesCounters"] or ()
-                if isinstance(use, _MAPPING)
-                for counter in use.get("counters") or ()
+            consumed = frozenset().union(
+                *(consumed_counters(d) for d in named.values() if "consumesCounters" in d)
             )
             slice_.facts = _SliceFacts(sets, frozenset(named), len(devices or ()), consumed)
     return slice_.facts

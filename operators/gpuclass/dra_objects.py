@@ -164,6 +164,20 @@ def taint_rule(obj: Mapping[str, Any]) -> TaintRule | None:
     return TaintRule(driver, pool, device)
 
 
+def consumed_counters(device: Mapping[str, Any]) -> frozenset[tuple[str, str]]:
+    """(counter set, counter) of every counter a device consumes, without reading the amounts (a
+    pool's validity asks only whether each is declared)."""
+    uses = device.get("consumesCounters")
+    if not isinstance(uses, list):
+        return frozenset()
+    return frozenset(
+        (str(use.get("counterSet")), str(counter))
+        for use in uses
+        if isinstance(use, _MAPPING)
+        for counter in use.get("counters") or ()
+    )
+
+
 def _consumption(value: object) -> Consumption:
     if not isinstance(value, list):
         return ()

@@ -45,6 +45,7 @@ from operators.gpuclass.dra import DraInventory
 from operators.gpuclass.inventory import Inventory
 from operators.gpuclass.kubevirt import Found
 from operators.gpuclass.launcher import kubevirt_of, launcher_containers
+from operators.gpuclass.quantity import parse_exact
 from operators.gpuclass.reconcile import decide
 from operators.gpuclass.vmshape import resolve, vm_shapes
 from shared.kube import Kube, Obj
@@ -233,10 +234,7 @@ def hold(rng: random.Random, node: NodePlan) -> None:
 
 
 def quantity(text: str) -> float:
-    for suffix, scale in (("Gi", GIB), ("Mi", 1024**2)):
-        if text.endswith(suffix):
-            return float(text[: -len(suffix)]) * scale
-    return float(text)
+    return float(parse_exact(text) or 0)
 
 
 def plan(seed: int) -> WorldPlan:
